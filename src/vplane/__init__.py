@@ -1,0 +1,3 @@
+"""vplane: a multi-tenant Kubernetes platform's connectivity layer."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,261 @@
+"""Kubernetes ``Status`` errors.
+
+Every failure a client can see is a :class:`StatusError`: it carries the HTTP code, the machine-readable
+``reason`` and the human ``message`` that kubectl and the Python clients key on, so the wire text lives in
+one place. The factory functions spell the upstream messages exactly, because clients match on them
+(kubectl prints them verbatim; lightkube and kopf map codes and reasons to exception types).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+
+class Cause(TypedDict, total=False):
+    reason: str
+    message: str
+    field: str
+
+
+class StatusError(Exception):
+    """An error that becomes a ``kind: Status`` response body."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        *,
+        details: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = dict(details) if details else None
+        self.headers = dict(headers) if headers else {}
+
+    def to_status(self) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+        }
+        if self.details:
+            status["details"] = self.details
+        status["code"] = self.code
+        return status
+
+    def __repr__(self) -> str:
+        return f"StatusError({self.code}, {self.reason!r}, {self.message!r})"
+
+
+def _details(name: str | None, kind: str | None, group: str | None = None, **extra: Any) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    if kind:
+        details["kind"] = kind
+    details.update({k: v for k, v in extra.items() if v is not None})
+    return details
+
+
+def qualified_resource(resource: str, group: str = "") -> str:
+    """``configmaps`` for the core group, ``widgets.example.com`` otherwise (upstream GroupResource.String)."""
+    return f"{resource}.{group}" if group else resource
+
+
+def bad_request(message: str, causes: Sequence[Cause] | None = None) -> StatusError:
+    details = {"causes": list(causes)} if causes else None
+    return StatusError(400, "BadRequest", message, details=details)
+
+
+def unauthorized(message: str = "Unauthorized") -> StatusError:
+    return StatusError(401, "Unauthorized", message)
+
+
+def forbidden(resource: str, group: str, name: str, reason: str) -> StatusError:
+    """403 in upstream's shape: ``<resource> "<name>" is forbidden: <reason>``."""
+    qualified = qualified_resource(resource, group)
+    if name:
+        message = f'{qualified} "{name}" is forbidden: {reason}'
+    elif qualified:
+        message = f"{qualified} is forbidden: {reason}"
+    else:
+        message = f"forbidden: {reason}"
+    return StatusError(403, "Forbidden", message, details=_details(name, resource, group))
+
+
+def not_found(resource: str, name: str, group: str = "") -> StatusError:
+    qualified = qualified_resource(resource, group)
+    return StatusError(
+        404, "NotFound", f'{qualified} "{name}" not found', details=_details(name, resource, group)
+    )
+
+
+def not_found_path() -> StatusError:
+    return StatusError(404, "NotFound", "the server could not find the requested resource", details={})
+
+
+def method_not_allowed() -> StatusError:
+    return StatusError(
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+    )
+
+
+def not_acceptable(accepted: Sequence[str]) -> StatusError:
+    return StatusError(
+        406, "NotAcceptable", "only the following media types are accepted: " + ", ".join(accepted)
+    )
+
+
+def already_exists(resource: str, name: str, group: str = "") -> StatusError:
+    qualified = qualified_resource(resource, group)
+    return StatusError(
+        409, "AlreadyExists", f'{qualified} "{name}" already exists', details=_details(name, resource, group)
+    )
+
+
+def conflict(resource: str, name: str, group: str = "", reason: str | None = None) -> StatusError:
+    qualified = qualified_resource(resource, group)
+    why = (
+        reason
+        or "the object has been modified; please apply your changes to the latest version and try again"
+    )
+    return StatusError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {qualified} "{name}": {why}',
+        details=_details(name, resource, group),
+    )
+
+
+def gone(message: str) -> StatusError:
+    return StatusError(410, "Expired", message)
+
+
+def request_entity_too_large(message: str) -> StatusError:
+    return StatusError(413, "RequestEntityTooLarge", message)
+
+
+def unsupported_media_type(content_type: str, accepted: Sequence[str]) -> StatusError:
+    message = "the body of the request was in an unknown format - accepted media types include: " + ", ".join(
+        accepted
+    )
+    return StatusError(415, "UnsupportedMediaType", message)
+
+
+def invalid(kind: str, name: str, causes: Sequence[Cause], group: str = "") -> StatusError:
+    """422 Invalid; ``details.kind`` is the Kind (not the plural), as upstream does."""
+    joined = ", ".join(_cause_text(c) for c in causes)
+    if len(causes) > 1:
+        joined = f"[{joined}]"
+    message = (
+        f'{kind}.{group} "{name}" is invalid: {joined}' if group else f'{kind} "{name}" is invalid: {joined}'
+    )
+    return StatusError(422, "Invalid", message, details=_details(name, kind, group, causes=list(causes)))
+
+
+def _cause_text(cause: Cause) -> str:
+    field = cause.get("field", "")
+    message = cause.get("message", "")
+    return f"{field}: {message}" if field else message
+
+
+def field_invalid(field: str, value: Any, detail: str) -> Cause:
+    """A ``FieldValueInvalid`` cause rendered like upstream's ``field.Invalid``."""
+    return {
+        "reason": "FieldValueInvalid",
+        "message": f"Invalid value: {_render_value(value)}: {detail}",
+        "field": field,
+    }
+
+
+def field_required(field: str, detail: str = "") -> Cause:
+    message = "Required value" + (f": {detail}" if detail else "")
+    return {"reason": "FieldValueRequired", "message": message, "field": field}
+
+
+def field_forbidden(field: str, detail: str) -> Cause:
+    return {"reason": "FieldValueForbidden", "message": f"Forbidden: {detail}", "field": field}
+
+
+def field_not_supported(field: str, value: Any, supported: Sequence[str]) -> Cause:
+    quoted = ", ".join(f'"{s}"' for s in supported)
+    return {
+        "reason": "FieldValueNotSupported",
+        "message": f"Unsupported value: {_render_value(value)}: supported values: {quoted}",
+        "field": field,
+    }
+
+
+def field_duplicate(field: str, value: Any) -> Cause:
+    return {
+        "reason": "FieldValueDuplicate",
+        "message": f"Duplicate value: {_render_value(value)}",
+        "field": field,
+    }
+
+
+def field_too_long(field: str, limit: int) -> Cause:
+    return {
+        "reason": "FieldValueTooLong",
+        "message": f"Too long: may not be more than {limit} bytes",
+        "field": field,
+    }
+
+
+def field_type_invalid(field: str, value: Any, detail: str) -> Cause:
+    return {
+        "reason": "FieldValueTypeInvalid",
+        "message": f"Invalid value: {_render_value(value)}: {detail}",
+        "field": field,
+    }
+
+
+def _render_value(value: Any) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return '"' + type(value).__name__ + '"'
+
+
+def too_many_requests(message: str, retry_after: int) -> StatusError:
+    return StatusError(
+        429,
+        "TooManyRequests",
+        message,
+        details={"retryAfterSeconds": retry_after},
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+def internal_error(message: str) -> StatusError:
+    return StatusError(
+        500,
+        "InternalError",
+        f"Internal error occurred: {message}",
+        details={"causes": [{"message": message}]},
+    )
+
+
+def service_unavailable(message: str, retry_after: int | None = None) -> StatusError:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    details = {"retryAfterSeconds": retry_after} if retry_after is not None else None
+    return StatusError(503, "ServiceUnavailable", message, details=details, headers=headers)
+
+
+def timeout(message: str) -> StatusError:
+    return StatusError(504, "Timeout", message)
