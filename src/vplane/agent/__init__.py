@@ -1,0 +1,1 @@
+"""The agent layer (see docs/architecture.md)."""

@@ -1,0 +1,714 @@
+"""HTTP handlers for resource requests: get, list, watch, create, update, patch, delete, deletecollection.
+
+The read path relays stored bytes: a GET is a cache lookup plus a splice, a LIST joins item bytes into
+the list envelope. Objects are decoded only when a selector, a Table or a write needs their fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_plus
+
+import orjson
+import yaml
+from aiohttp import web
+
+from vplane.apiserver import codec
+from vplane.apiserver.context import RequestContext
+from vplane.apiserver.objects import DeleteOptions, patch_types_for
+from vplane.apiserver.registry import ResourceType
+from vplane.apiserver.requestinfo import RequestInfo
+from vplane.apiserver.watch import Watcher, frame_obj
+from vplane.kube import errors, fields, labels, structural
+from vplane.kube.objects import Obj
+from vplane.storage.interface import CompactedError, KeyValue
+
+if TYPE_CHECKING:
+    from vplane.apiserver.server import APIServer
+
+CONTINUE_TOO_OLD = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list."
+)
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@dataclass(slots=True)
+class ResponseFormat:
+    table: bool = False
+    include_object: str = "Metadata"
+    yaml: bool = False
+
+
+def response_format(request: web.Request) -> ResponseFormat:
+    accept = request.headers.get("Accept", "")
+    fmt = ResponseFormat()
+    if not accept:
+        return fmt
+    acceptable = False
+    for part in accept.split(","):
+        pieces = [p.strip() for p in part.split(";")]
+        mtype = pieces[0].lower()
+        params = {p.split("=", 1)[0]: p.split("=", 1)[1] for p in pieces[1:] if "=" in p}
+        if params.get("as") == "Table" and params.get("g") == "meta.k8s.io" and mtype == "application/json":
+            fmt.table = True
+            acceptable = True
+            break
+        if params.get("as"):
+            continue
+        if mtype in ("application/json", "*/*", "application/*", "application/vnd.kubernetes.protobuf"):
+            acceptable = True
+            break
+        if mtype == "application/yaml":
+            fmt.yaml = True
+            acceptable = True
+            break
+    if not acceptable:
+        raise errors.not_acceptable(
+            ["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"]
+        )
+    include = request.query.get("includeObject")
+    if include:
+        if include not in ("None", "Object", "Metadata"):
+            raise errors.bad_request(
+                f"includeObject: unsupported value {include!r}; supported: None, Object, Metadata"
+            )
+        fmt.include_object = include
+    return fmt
+
+
+def json_response(body: bytes, status: int = 200, ctx: RequestContext | None = None) -> web.Response:
+    headers = dict(JSON_HEADERS)
+    resp = web.Response(body=body, status=status, headers=headers)
+    if ctx is not None:
+        add_warnings(resp, ctx)
+    return resp
+
+
+def add_warnings(resp: web.StreamResponse, ctx: RequestContext) -> None:
+    for text in ctx.warnings:
+        resp.headers.add("Warning", '299 - "' + text.replace('"', '\\"') + '"')
+
+
+def object_response(obj: Obj, fmt: ResponseFormat, status: int, ctx: RequestContext) -> web.Response:
+    if fmt.yaml:
+        resp = web.Response(
+            body=yaml.safe_dump(obj, sort_keys=False).encode(),
+            status=status,
+            headers={"Content-Type": "application/yaml"},
+        )
+        add_warnings(resp, ctx)
+        return resp
+    return json_response(orjson.dumps(obj), status, ctx)
+
+
+def _int_param(query: Any, name: str, default: int | None = None) -> int | None:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise errors.bad_request(f"{name}: invalid value {raw!r}: must be an integer") from None
+    if value < 0:
+        raise errors.bad_request(f"{name}: invalid value {raw!r}: must be a non-negative integer")
+    return value
+
+
+def _bool_param(query: Any, name: str) -> bool:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return False
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise errors.bad_request(f"{name}: invalid value {raw!r}: must be a boolean")
+
+
+def encode_continue(rv: int, start_key: str) -> str:
+    token = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start_key + "\x00"})
+    return base64.urlsafe_b64encode(token).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        data = orjson.loads(raw)
+        rv, start = int(data["rv"]), str(data["start"])
+        if data.get("v") != "meta.k8s.io/v1" or rv <= 0:
+            raise ValueError
+    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+        raise errors.bad_request(f"continue key is not valid: {token!r}") from None
+    return rv, start
+
+
+class ResourceHandlers:
+    def __init__(self, server: APIServer) -> None:
+        self.server = server
+        self.objects = server.objects
+        self.cache = server.cache
+        self.settings = server.settings
+
+    # -- selectors -------------------------------------------------------------------------------
+
+    def _selectors(self, rtype: ResourceType, query: Any) -> tuple[labels.Selector, fields.FieldSelector]:
+        label_sel = labels.parse(
+            unquote_plus(query.get("labelSelector", ""))
+            if "+" in query.get("labelSelector", "")
+            else query.get("labelSelector", "")
+        )
+        field_sel = fields.parse(query.get("fieldSelector", ""))
+        supported = (
+            {"metadata.name", "metadata.namespace"}
+            | set(rtype.strategy.supported_field_labels)
+            | set(rtype.selectable_fields)
+        )
+        fields.check_supported(field_sel, supported)
+        return label_sel, field_sel
+
+    def field_values(self, rtype: ResourceType) -> Any:
+        if rtype.selectable_fields:
+
+            def values(obj: Obj) -> dict[str, str]:
+                out = rtype.strategy.field_labels(obj)
+                for path in rtype.selectable_fields:
+                    out[path] = _lookup_path(obj, path)
+                return out
+
+            return values
+        return rtype.strategy.field_labels
+
+    def _filter(
+        self,
+        rtype: ResourceType,
+        kvs: Iterable[KeyValue],
+        label_sel: labels.Selector,
+        field_sel: fields.FieldSelector,
+    ) -> Iterable[tuple[KeyValue, Obj | None]]:
+        if label_sel.empty and field_sel.empty:
+            for kv in kvs:
+                yield kv, None
+            return
+        watcher = Watcher("", labels=label_sel, fields=field_sel, field_values=self.field_values(rtype))
+        for kv in kvs:
+            obj = codec.decode_kv(kv)
+            if watcher.matches_obj(obj):
+                yield kv, obj
+
+    # -- get / list ------------------------------------------------------------------------------
+
+    async def get(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        fmt = response_format(request)
+        kv = self.objects.get_kv(rtype, info.namespace, info.name)
+        if kv is None:
+            raise errors.not_found(rtype.resource, info.name, rtype.group)
+        if fmt.table:
+            obj = self.objects.to_version(rtype, codec.decode_kv(kv))
+            table = self.server.table(
+                rtype, [obj], fmt.include_object, {"resourceVersion": str(kv.mod_revision)}
+            )
+            return json_response(orjson.dumps(table))
+        if rtype.is_custom and rtype.version != rtype.storage_version or fmt.yaml:
+            return object_response(self.objects.to_version(rtype, codec.decode_kv(kv)), fmt, 200, ctx)
+        return json_response(codec.wire_bytes(kv))
+
+    async def list_objects(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        query = request.query
+        fmt = response_format(request)
+        label_sel, field_sel = self._selectors(rtype, query)
+        limit = _int_param(query, "limit", 0) or 0
+        token = query.get("continue", "")
+        rv_param = query.get("resourceVersion", "")
+        rv_match = query.get("resourceVersionMatch", "")
+        if rv_match and rv_match not in ("Exact", "NotOlderThan"):
+            raise errors.bad_request(f"resourceVersionMatch: unsupported value {rv_match!r}")
+        if rv_match and not rv_param:
+            raise errors.bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
+        if token and rv_param:
+            raise errors.bad_request("specifying resource version is not allowed when using continue")
+        prefix = rtype.prefix(info.namespace)
+        name_only = fields.exact_value(field_sel, "metadata.name")
+        current = self.cache.revision
+        start = prefix
+        snapshot = current
+        if token:
+            snapshot, start = decode_continue(token)
+            if not start.startswith(prefix):
+                raise errors.bad_request("continue key is not valid: it does not belong to this list")
+        elif rv_param:
+            try:
+                wanted = int(rv_param)
+            except ValueError:
+                raise errors.bad_request(f"resourceVersion: invalid value {rv_param!r}") from None
+            if rv_match == "Exact":
+                snapshot = wanted
+            if wanted > current and rv_param != "0":
+                raise errors.StatusError(
+                    504,
+                    "Timeout",
+                    f"Too large resource version: {wanted}, current: {current}",
+                    details={
+                        "causes": [
+                            {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+                        ],
+                        "retryAfterSeconds": 1,
+                    },
+                )
+        if snapshot > current:
+            raise errors.bad_request("continue key is not valid: it is from the future")
+        source: Iterable[KeyValue]
+        if snapshot == current:
+            if name_only is not None and (not rtype.namespaced or info.namespace):
+                kv = self.cache.get(rtype.key(info.namespace, name_only))
+                source = [kv] if kv is not None and kv.key >= start else []
+            else:
+                source = self.cache.iter_prefix(prefix, start)
+        else:
+            try:
+                source = await self.cache.store.range_at(prefix, snapshot, start=start)
+            except CompactedError:
+                if token:
+                    raise errors.gone(CONTINUE_TOO_OLD) from None
+                raise errors.gone(
+                    f"too old resource version: {snapshot} ({self.cache.store.compacted_revision})"
+                ) from None
+        selected: list[tuple[KeyValue, Obj | None]] = []
+        next_token = ""
+        remaining: int | None = None
+        for kv, obj in self._filter(rtype, source, label_sel, field_sel):
+            if limit and len(selected) == limit:
+                next_token = encode_continue(snapshot, selected[-1][0].key)
+                if label_sel.empty and field_sel.empty and snapshot == current:
+                    remaining = self.cache.count_prefix(prefix, selected[-1][0].key + "\x00")
+                break
+            selected.append((kv, obj))
+        list_meta: dict[str, Any] = {"resourceVersion": str(snapshot)}
+        if next_token:
+            list_meta["continue"] = next_token
+            if remaining is not None:
+                list_meta["remainingItemCount"] = remaining
+        if fmt.table:
+            objs = [
+                self.objects.to_version(rtype, obj if obj is not None else codec.decode_kv(kv))
+                for kv, obj in selected
+            ]
+            return json_response(orjson.dumps(self.server.table(rtype, objs, fmt.include_object, list_meta)))
+        if fmt.yaml or (rtype.is_custom and rtype.version != rtype.storage_version):
+            items = [
+                self.objects.to_version(rtype, obj if obj is not None else codec.decode_kv(kv))
+                for kv, obj in selected
+            ]
+            doc = {
+                "apiVersion": rtype.api_version,
+                "kind": rtype.list_kind,
+                "metadata": list_meta,
+                "items": items,
+            }
+            return object_response(doc, fmt, 200, ctx)
+        head = orjson.dumps({"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": list_meta})
+        body = b"".join(
+            (head[:-1], b',"items":[', b",".join(codec.wire_bytes(kv) for kv, _ in selected), b"]}")
+        )
+        return json_response(body)
+
+    # -- watch -----------------------------------------------------------------------------------
+
+    async def watch(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        query = request.query
+        fmt = response_format(request)
+        label_sel, field_sel = self._selectors(rtype, query)
+        name = info.name or fields.exact_value(field_sel, "metadata.name") or ""
+        if info.name:
+            field_sel = fields.parse(f"metadata.name={info.name}") if field_sel.empty else field_sel
+        rv_param = query.get("resourceVersion", "")
+        bookmarks = _bool_param(query, "allowWatchBookmarks")
+        send_initial = query.get("sendInitialEvents")
+        timeout = _int_param(query, "timeoutSeconds")
+        if send_initial is not None and send_initial != "":
+            initial = _bool_param(query, "sendInitialEvents")
+            if query.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks and initial:
+                raise errors.invalid(
+                    "ListOptions",
+                    "",
+                    [
+                        errors.field_forbidden(
+                            "sendInitialEvents",
+                            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                        )
+                        if False
+                        else errors.field_invalid(
+                            "resourceVersionMatch",
+                            query.get("resourceVersionMatch", ""),
+                            "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                        )
+                    ],
+                )
+        else:
+            initial = rv_param in ("", "0")
+        start_rev = 0
+        if rv_param not in ("", "0"):
+            try:
+                start_rev = int(rv_param)
+            except ValueError:
+                raise errors.bad_request(f"resourceVersion: invalid value {rv_param!r}") from None
+        if timeout is None:
+            timeout = int(
+                random.uniform(
+                    self.settings.watch_timeout_min_seconds, self.settings.watch_timeout_max_seconds
+                )
+            )
+        prefix = rtype.prefix(info.namespace)
+        watcher = Watcher(
+            prefix,
+            name=name if (not rtype.namespaced or info.namespace) else "",
+            labels=label_sel,
+            fields=field_sel,
+            field_values=self.field_values(rtype),
+            capacity=self.settings.watch_queue_capacity,
+        )
+        hub = self.server.hub
+        hub.register(watcher)
+        try:
+            return await self._stream(
+                request, ctx, rtype, fmt, watcher, initial, start_rev, bookmarks, timeout
+            )
+        finally:
+            hub.unregister(watcher)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        fmt: ResponseFormat,
+        watcher: Watcher,
+        initial: bool,
+        start_rev: int,
+        bookmarks: bool,
+        timeout_seconds: int,
+    ) -> web.StreamResponse:
+        # Everything up to the first await runs in one loop step, so the snapshot or replay below and the
+        # live events the watcher queues afterwards neither overlap nor leave a gap.
+        snapshot_rev = self.cache.revision
+        initial_kvs: list[KeyValue] = []
+        replay: list[Any] | None = None
+        if initial:
+            initial_kvs = list(self.cache.iter_prefix(watcher.prefix))
+            watcher.last_revision = snapshot_rev
+        else:
+            replay = self.cache.recent_events_after(start_rev)
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        add_warnings(resp, ctx)
+        await resp.prepare(request)
+        state = _TableState(self, rtype, fmt)
+        if initial:
+            for kv in initial_kvs:
+                if not watcher.matches_key(kv):
+                    continue
+                if watcher.filtered and not watcher.matches_obj(codec.decode_kv(kv)):
+                    continue
+                await resp.write(state.frame_kv("ADDED", kv))
+            if bookmarks and self._wants_initial_end(request):
+                await resp.write(frame_obj("BOOKMARK", self._bookmark(rtype, snapshot_rev, initial_end=True)))
+        else:
+            from vplane.apiserver.watch import WatchEvent
+
+            if replay is None:
+                try:
+                    events = await self.cache.events_after(start_rev)
+                except CompactedError as exc:
+                    await resp.write(
+                        frame_obj(
+                            "ERROR",
+                            errors.gone(
+                                f"too old resource version: {start_rev} ({exc.compacted})"
+                            ).to_status(),
+                        )
+                    )
+                    return resp
+                replay = [WatchEvent(e) for e in events]
+            else:
+                replay = [WatchEvent(e) for e in replay]
+            backlog: list[Any] = []
+            while not watcher.queue.empty():
+                backlog.append(watcher.queue.get_nowait())
+            watcher.last_revision = start_rev
+            for wevent in replay:
+                watcher.offer(wevent)
+            for item in backlog:
+                if item is not None and item.event.revision > watcher.last_revision:
+                    watcher.queue.put_nowait(item)
+                    watcher.last_revision = item.event.revision
+                elif item is None:
+                    watcher.queue.put_nowait(None)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_seconds
+        bookmark_every = self.settings.bookmark_interval_seconds
+        next_bookmark = loop.time() + bookmark_every
+        last_rev = max(snapshot_rev, start_rev)
+        while True:
+            now = loop.time()
+            if now >= deadline:
+                break
+            wait = deadline - now
+            if bookmarks:
+                wait = min(wait, max(0.0, next_bookmark - now))
+            try:
+                item = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
+            except TimeoutError:
+                if bookmarks and loop.time() >= next_bookmark:
+                    await resp.write(
+                        frame_obj("BOOKMARK", self._bookmark(rtype, max(last_rev, self.cache.revision)))
+                    )
+                    next_bookmark = loop.time() + bookmark_every
+                continue
+            if item is None:
+                break  # overflowed: the client re-watches from its last revision
+            last_rev = item.event.revision
+            await resp.write(state.frame_event(item.type, item.event))
+        return resp
+
+    @staticmethod
+    def _wants_initial_end(request: web.Request) -> bool:
+        return _bool_param(request.query, "sendInitialEvents")
+
+    @staticmethod
+    def _bookmark(rtype: ResourceType, rev: int, initial_end: bool = False) -> Obj:
+        meta: Obj = {"resourceVersion": str(rev)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return {"kind": rtype.kind, "apiVersion": rtype.api_version, "metadata": meta}
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    async def _body(
+        self,
+        request: web.Request,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        allowed: tuple[str, ...] = codec.BODY_TYPES,
+    ) -> tuple[Any, list[str]]:
+        body = await self.server.read_body(request)
+        want_dupes = ctx.field_validation in ("Strict", "Warn")
+        return codec.decode_body(
+            body, request.headers.get("Content-Type", ""), allowed=allowed, want_duplicates=want_dupes
+        )
+
+    def _check_fields(
+        self, ctx: RequestContext, rtype: ResourceType, obj: Obj, duplicates: list[str]
+    ) -> None:
+        if ctx.field_validation == "Ignore":
+            return
+        unknown = self.server.schemas.unknown_fields(rtype, obj)
+        if not unknown and not duplicates:
+            return
+        if ctx.field_validation == "Strict":
+            raise errors.bad_request(
+                structural.strict_decoding_message(rtype.kind, rtype.version, unknown, duplicates)
+            )
+        for path in unknown:
+            ctx.warn(f'unknown field "{path}"')
+        for path in duplicates:
+            ctx.warn(f'duplicate field "{path}"')
+
+    async def create(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        fmt = response_format(request)
+        value, duplicates = await self._body(request, ctx, rtype)
+        obj = codec.require_object(value)
+        if not rtype.stored:
+            if rtype.create_handler is None:
+                raise errors.method_not_allowed()
+            result = await rtype.create_handler(ctx, obj)
+            return object_response(result, fmt, 201, ctx)
+        self._check_fields(ctx, rtype, obj, duplicates)
+        created = await self.objects.create(ctx, rtype, info.namespace, obj)
+        return object_response(created, fmt, 201, ctx)
+
+    async def update(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        fmt = response_format(request)
+        value, duplicates = await self._body(request, ctx, rtype)
+        obj = codec.require_object(value)
+        self._check_fields(ctx, rtype, obj, duplicates)
+        if info.subresource == "finalize":
+            return object_response(
+                await self.server.namespaces.finalize(ctx, rtype, info.name, obj), fmt, 200, ctx
+            )
+        updated = await self.objects.update(ctx, rtype, info.namespace, info.name, obj, info.subresource)
+        return object_response(updated, fmt, 200, ctx)
+
+    async def patch(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        fmt = response_format(request)
+        content_type = codec.media_type(request.headers.get("Content-Type"))
+        allowed = patch_types_for(rtype)
+        if content_type not in allowed:
+            raise errors.unsupported_media_type(content_type, allowed)
+        body = await self.server.read_body(request)
+        value, _ = codec.decode_body(body, content_type, allowed=allowed)
+        force = _bool_param(request.query, "force")
+        if force and content_type != codec.APPLY_PATCH:
+            raise errors.bad_request("force flag is not supported for patch types other than apply")
+        patched = await self.objects.patch(
+            ctx,
+            rtype,
+            info.namespace,
+            info.name,
+            content_type,
+            value,
+            subresource=info.subresource,
+            force=force,
+        )
+        self._check_fields(ctx, rtype, patched, [])
+        status = 200
+        return object_response(patched, fmt, status, ctx)
+
+    async def delete(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        fmt = response_format(request)
+        options = await self._delete_options(request, ctx)
+        result = await self.objects.delete(ctx, rtype, info.namespace, info.name, options)
+        if not result.deleted or rtype.is_custom:
+            return object_response(result.obj, fmt, 200, ctx)
+        details: Obj = {
+            "name": info.name,
+            "group": rtype.group,
+            "kind": rtype.resource,
+            "uid": result.obj["metadata"].get("uid", ""),
+        }
+        if not rtype.group:
+            del details["group"]
+        status = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": details,
+        }
+        return json_response(orjson.dumps(status), 200, ctx)
+
+    async def _delete_options(self, request: web.Request, ctx: RequestContext) -> DeleteOptions:
+        body = await self.server.read_body(request)
+        parsed: Obj | None = None
+        if body.strip():
+            value, _ = codec.decode_body(body, request.headers.get("Content-Type", "") or codec.JSON)
+            parsed = codec.require_object(value)
+        policy = request.query.get("propagationPolicy", "")
+        if policy and policy not in ("Background", "Foreground", "Orphan"):
+            raise errors.bad_request(f"propagationPolicy: unsupported value {policy!r}")
+        options = DeleteOptions.from_body(parsed, policy, ctx.dry_run)
+        if options.propagation_policy and options.propagation_policy not in (
+            "Background",
+            "Foreground",
+            "Orphan",
+        ):
+            raise errors.invalid(
+                "DeleteOptions",
+                "",
+                [
+                    errors.field_not_supported(
+                        "propagationPolicy",
+                        options.propagation_policy,
+                        ["Foreground", "Background", "Orphan", "nil"],
+                    )
+                ],
+            )
+        return options
+
+    async def delete_collection(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        options = await self._delete_options(request, ctx)
+        label_sel, field_sel = self._selectors(rtype, request.query)
+        deleted: list[Obj] = []
+        kvs = list(self.cache.iter_prefix(rtype.prefix(info.namespace)))
+        for kv, _obj in list(self._filter(rtype, kvs, label_sel, field_sel)):
+            meta = codec.decode_kv(kv)["metadata"]
+            try:
+                result = await self.objects.delete(
+                    ctx, rtype, meta.get("namespace", ""), meta["name"], options
+                )
+            except errors.StatusError as exc:
+                if exc.code == 404:
+                    continue
+                raise
+            deleted.append(result.obj)
+        doc = {
+            "apiVersion": rtype.api_version,
+            "kind": rtype.list_kind,
+            "metadata": {"resourceVersion": str(self.cache.revision)},
+            "items": deleted,
+        }
+        return json_response(orjson.dumps(doc), 200, ctx)
+
+
+class _TableState:
+    """Frames watch events, as Tables when the client asked for them (column definitions only once)."""
+
+    def __init__(self, handlers: ResourceHandlers, rtype: ResourceType, fmt: ResponseFormat) -> None:
+        self.handlers = handlers
+        self.rtype = rtype
+        self.fmt = fmt
+        self.sent_columns = False
+
+    def _table(self, obj: Obj) -> Obj:
+        table = self.handlers.server.table(
+            self.rtype,
+            [obj],
+            self.fmt.include_object,
+            {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+            with_columns=not self.sent_columns,
+        )
+        self.sent_columns = True
+        return table
+
+    def frame_kv(self, event_type: str, kv: KeyValue) -> bytes:
+        if not self.fmt.table and not self.rtype.is_custom:
+            from vplane.apiserver.watch import frame_bytes
+
+            return frame_bytes(event_type, codec.wire_bytes(kv))
+        obj = self.handlers.objects.to_version(self.rtype, codec.decode_kv(kv))
+        return frame_obj(event_type, self._table(obj) if self.fmt.table else obj)
+
+    def frame_event(self, event_type: str, wevent: Any) -> bytes:
+        if not self.fmt.table and not (
+            self.rtype.is_custom and self.rtype.version != self.rtype.storage_version
+        ):
+            framed: bytes = wevent.frame(event_type)
+            return framed
+        obj = self.handlers.objects.to_version(self.rtype, dict(wevent.obj()))
+        return frame_obj(event_type, self._table(obj) if self.fmt.table else obj)
+
+
+def _lookup_path(obj: Obj, path: str) -> str:
+    value: Any = obj
+    for part in path.strip(".").split("."):
+        if not isinstance(value, dict):
+            return ""
+        value = value.get(part)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

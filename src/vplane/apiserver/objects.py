@@ -1,0 +1,603 @@
+"""Create, read, update, patch and delete objects of any registered kind.
+
+This is the generic registry store (upstream's ``genericregistry.Store``): the rules every kind shares
+(metadata bookkeeping, optimistic concurrency, generation, status subresource, finalizers, dry run,
+managed fields) with per-kind :class:`~vplane.apiserver.registry.Strategy` hooks. HTTP handlers and the
+in-process controllers (garbage collector, namespace cleanup, CRD status) both go through it, so an
+internal write obeys the same rules as a client's.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vplane.apiserver import codec, timeutil
+from vplane.apiserver.admission import Admission, AdmissionRequest
+from vplane.apiserver.context import RequestContext
+from vplane.apiserver.registry import ResourceType
+from vplane.apiserver.schemas import SchemaSource
+from vplane.kube import errors, managedfields, patch, structural, validation
+from vplane.kube.errors import Cause
+from vplane.kube.objects import Obj
+from vplane.storage.cache import Cache
+from vplane.storage.interface import KeyExistsError, KeyNotFoundError, KeyValue, RevisionMismatchError
+
+GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+GENERATE_NAME_LENGTH = 5
+MAX_UPDATE_RETRIES = 16
+
+FOREGROUND_FINALIZER = "foregroundDeletion"
+ORPHAN_FINALIZER = "orphan"
+
+Mutation = Callable[[Obj], Obj]
+
+
+@dataclass(slots=True)
+class DeleteOptions:
+    propagation_policy: str = ""
+    grace_period_seconds: int | None = None
+    precondition_uid: str = ""
+    precondition_rv: str = ""
+    dry_run: bool = False
+
+    @classmethod
+    def from_body(cls, body: Obj | None, query_policy: str = "", dry_run: bool = False) -> DeleteOptions:
+        body = body or {}
+        policy = str(body.get("propagationPolicy") or query_policy or "")
+        if body.get("orphanDependents") is True and not policy:
+            policy = "Orphan"
+        if body.get("orphanDependents") is False and not policy:
+            policy = "Background"
+        pre = body.get("preconditions") or {}
+        dry = dry_run or "All" in (body.get("dryRun") or [])
+        grace = body.get("gracePeriodSeconds")
+        return cls(
+            policy,
+            grace if isinstance(grace, int) else None,
+            str(pre.get("uid") or ""),
+            str(pre.get("resourceVersion") or ""),
+            dry,
+        )
+
+
+@dataclass(slots=True)
+class DeleteResult:
+    obj: Obj
+    deleted: bool
+    """True when the object is gone; False when deletion is pending on finalizers."""
+
+
+class ObjectStore:
+    def __init__(
+        self,
+        cache: Cache,
+        admission: Admission,
+        schemas: SchemaSource,
+        clock: timeutil.Clock = timeutil.wall_clock,
+    ) -> None:
+        self.cache = cache
+        self.admission = admission
+        self.schemas = schemas
+        self.clock = clock
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def get_kv(self, rtype: ResourceType, namespace: str, name: str) -> KeyValue | None:
+        return self.cache.get(rtype.key(namespace, name))
+
+    def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj | None:
+        kv = self.get_kv(rtype, namespace, name)
+        return self.to_version(rtype, codec.decode_kv(kv)) if kv else None
+
+    def must_get(self, rtype: ResourceType, namespace: str, name: str) -> tuple[KeyValue, Obj]:
+        kv = self.get_kv(rtype, namespace, name)
+        if kv is None:
+            raise errors.not_found(rtype.resource, name, rtype.group)
+        return kv, self.to_version(rtype, codec.decode_kv(kv))
+
+    def list(self, rtype: ResourceType, namespace: str = "") -> list[Obj]:
+        return [
+            self.to_version(rtype, codec.decode_kv(kv))
+            for kv in self.cache.iter_prefix(rtype.prefix(namespace))
+        ]
+
+    @staticmethod
+    def to_version(rtype: ResourceType, obj: Obj) -> Obj:
+        """Custom resources are stored in one version and served in any (conversion strategy None)."""
+        if rtype.is_custom and obj.get("apiVersion") != rtype.api_version:
+            obj["apiVersion"] = rtype.api_version
+        return obj
+
+    # -- create ----------------------------------------------------------------------------------
+
+    async def create(self, ctx: RequestContext, rtype: ResourceType, namespace: str, obj: Obj) -> Obj:
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        self._check_type(rtype, obj)
+        if rtype.namespaced:
+            body_ns = meta.get("namespace") or ""
+            if body_ns and namespace and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = namespace or body_ns
+        else:
+            meta.pop("namespace", None)
+        now = timeutil.rfc3339(self.clock())
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now
+        for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+            meta.pop(field, None)
+        if rtype.strategy.uses_generation or rtype.is_custom:
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
+        if rtype.has_status:
+            obj.pop("status", None)
+        rtype.strategy.prepare_for_create(obj)
+        self._default(rtype, obj)
+        generated = not meta.get("name") and bool(meta.get("generateName"))
+        if generated:
+            meta["name"] = self._generate_name(str(meta["generateName"]))
+        self._validate(rtype, obj, None)
+        obj = self._manage(ctx, rtype, None, obj, "")
+        await self.admission.admit(
+            AdmissionRequest(ctx, "CREATE", rtype, "", meta.get("namespace", ""), meta["name"], obj, None)
+        )
+        if ctx.dry_run:
+            if self.get_kv(rtype, meta.get("namespace", ""), meta["name"]) is not None:
+                raise errors.already_exists(rtype.resource, meta["name"], rtype.group)
+            return obj
+        for attempt in range(8):
+            try:
+                kv = await self.cache.create(
+                    rtype.key(meta.get("namespace", ""), meta["name"]), codec.stored_bytes(obj)
+                )
+                return codec.decode_kv(kv)
+            except KeyExistsError:
+                if not generated or attempt == 7:
+                    raise errors.already_exists(rtype.resource, meta["name"], rtype.group) from None
+                meta["name"] = self._generate_name(str(meta["generateName"]))
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _generate_name(prefix: str) -> str:
+        suffix = "".join(random.choice(GENERATE_NAME_ALPHABET) for _ in range(GENERATE_NAME_LENGTH))
+        return prefix[: 63 - GENERATE_NAME_LENGTH] + suffix
+
+    @staticmethod
+    def _check_type(rtype: ResourceType, obj: Obj) -> None:
+        kind = obj.get("kind")
+        api_version = obj.get("apiVersion")
+        if kind and kind != rtype.kind:
+            raise errors.bad_request(
+                f"the kind of the provided object ({kind}) does not match the kind of the request ({rtype.kind})"
+            )
+        if api_version and api_version != rtype.api_version:
+            if not (
+                rtype.is_custom and isinstance(api_version, str) and api_version.startswith(rtype.group + "/")
+            ):
+                raise errors.bad_request(
+                    f"the API version in the data ({api_version}) does not match the expected API version "
+                    f"({rtype.api_version})"
+                )
+        obj["kind"] = rtype.kind
+        obj["apiVersion"] = rtype.api_version
+
+    # -- update ----------------------------------------------------------------------------------
+
+    async def update(
+        self,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        new: Obj,
+        subresource: str = "",
+    ) -> Obj:
+        """PUT: replace the object (or its status) with ``new``; 409 when its resourceVersion is stale."""
+        meta = new.get("metadata")
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+            )
+        if rtype.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        self._check_type(rtype, new)
+        user_rv = str(meta.get("resourceVersion") or "")
+        if not user_rv and not getattr(rtype.strategy, "allow_unconditional_update", not rtype.is_custom):
+            raise errors.invalid(
+                rtype.kind,
+                name,
+                [errors.field_invalid("metadata.resourceVersion", 0, "must be specified for an update")],
+                rtype.group,
+            )
+        return await self.guaranteed_update(
+            ctx,
+            rtype,
+            namespace,
+            name,
+            lambda _old: copy.deepcopy(new),
+            user_rv=user_rv,
+            subresource=subresource,
+        )
+
+    async def guaranteed_update(
+        self,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        mutate: Mutation,
+        *,
+        user_rv: str = "",
+        subresource: str = "",
+        apply: Callable[[Obj | None], Obj] | None = None,
+    ) -> Obj:
+        """Read, mutate, write with compare-and-swap; retry on a race unless the caller pinned a version.
+
+        ``apply`` (server-side apply) may also create the object when it is missing.
+        """
+        key = rtype.key(namespace, name)
+        for _ in range(MAX_UPDATE_RETRIES):
+            kv = self.cache.get(key)
+            if kv is None:
+                if apply is not None and not subresource:
+                    created = apply(None)
+                    return await self.create(ctx, rtype, namespace, created)
+                raise errors.not_found(rtype.resource, name, rtype.group)
+            old = self.to_version(rtype, codec.decode_kv(kv))
+            if user_rv and user_rv != str(kv.mod_revision):
+                raise errors.conflict(rtype.resource, name, rtype.group)
+            proposed = apply(copy.deepcopy(old)) if apply is not None else mutate(copy.deepcopy(old))
+            body_rv = str((proposed.get("metadata") or {}).get("resourceVersion") or "")
+            if body_rv and body_rv != str(kv.mod_revision):
+                raise errors.conflict(rtype.resource, name, rtype.group)
+            new = self._prepare_update(
+                ctx, rtype, old, proposed, subresource, managed_by_apply=apply is not None
+            )
+            if new is None:
+                return old  # nothing changed: no write, resourceVersion unchanged (as upstream)
+            await self.admission.admit(
+                AdmissionRequest(ctx, "UPDATE", rtype, subresource, namespace, name, new, old)
+            )
+            new_meta = new["metadata"]
+            finishing = (
+                bool(new_meta.get("deletionTimestamp"))
+                and not new_meta.get("finalizers")
+                and not self._needs_graceful(rtype, new)
+            )
+            if ctx.dry_run:
+                return new
+            try:
+                if finishing:
+                    gone = await self.cache.delete(key, kv.mod_revision)
+                    return codec.decode_kv(gone)
+                stored = await self.cache.update(key, codec.stored_bytes(new), kv.mod_revision)
+                return self.to_version(rtype, codec.decode_kv(stored))
+            except RevisionMismatchError:
+                if user_rv:
+                    raise errors.conflict(rtype.resource, name, rtype.group) from None
+                continue
+            except KeyNotFoundError:
+                raise errors.not_found(rtype.resource, name, rtype.group) from None
+        raise errors.conflict(
+            rtype.resource, name, rtype.group, reason="too many concurrent updates, try again"
+        )
+
+    def _prepare_update(
+        self,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        old: Obj,
+        new: Obj,
+        subresource: str,
+        *,
+        managed_by_apply: bool,
+    ) -> Obj | None:
+        if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+            raise errors.bad_request("the patched object must have metadata")
+        self._check_type(rtype, new)
+        old_meta, meta = old["metadata"], new["metadata"]
+        for field in (
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ):
+            if field in old_meta:
+                meta[field] = old_meta[field]
+            else:
+                meta.pop(field, None)
+        meta.pop("resourceVersion", None)
+        meta.pop("selfLink", None)
+        if subresource == "finalize":
+            finalizers = (new.get("spec") or {}).get("finalizers")
+            new = copy.deepcopy(old)
+            new["metadata"].pop("resourceVersion", None)
+            if finalizers:
+                new.setdefault("spec", {})["finalizers"] = finalizers
+            else:
+                (new.get("spec") or {}).pop("finalizers", None)
+            return new if new != old else None
+        if subresource == "status":
+            status = new.get("status")
+            new = {k: copy.deepcopy(v) for k, v in old.items() if k != "status"}
+            if status is not None:
+                new["status"] = status
+            kept = new["metadata"]
+            kept["managedFields"] = meta.get("managedFields", old_meta.get("managedFields"))
+            if kept["managedFields"] is None:
+                kept.pop("managedFields")
+            meta = kept
+        elif rtype.has_status:
+            if "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+            else:
+                new.pop("status", None)
+        if "generation" in old_meta:
+            meta["generation"] = old_meta["generation"]
+            if _spec_changed(old, new):
+                meta["generation"] = int(old_meta["generation"]) + 1
+        rtype.strategy.prepare_for_update(new, old)
+        self._default(rtype, new)
+        if old_meta.get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+            if added:
+                raise errors.invalid(
+                    rtype.kind,
+                    meta["name"],
+                    [
+                        errors.field_forbidden(
+                            "metadata.finalizers",
+                            f"no new finalizers can be added if the object is being deleted, found new finalizers {sorted(added)!r}",
+                        )
+                    ],
+                    rtype.group,
+                )
+        self._validate(rtype, new, old)
+        if not managed_by_apply:
+            new = self._manage(ctx, rtype, old, new, subresource)
+        if _same_ignoring_managed_time(old, new):
+            return None
+        return new
+
+    # -- delete ----------------------------------------------------------------------------------
+
+    async def delete(
+        self, ctx: RequestContext, rtype: ResourceType, namespace: str, name: str, options: DeleteOptions
+    ) -> DeleteResult:
+        key = rtype.key(namespace, name)
+        for _ in range(MAX_UPDATE_RETRIES):
+            kv = self.cache.get(key)
+            if kv is None:
+                raise errors.not_found(rtype.resource, name, rtype.group)
+            obj = self.to_version(rtype, codec.decode_kv(kv))
+            meta = obj["metadata"]
+            if options.precondition_uid and options.precondition_uid != meta.get("uid"):
+                raise errors.conflict(
+                    rtype.resource,
+                    name,
+                    rtype.group,
+                    reason=f"Precondition failed: UID in precondition: {options.precondition_uid}, UID in object meta: {meta.get('uid')}",
+                )
+            if options.precondition_rv and options.precondition_rv != str(kv.mod_revision):
+                raise errors.conflict(
+                    rtype.resource,
+                    name,
+                    rtype.group,
+                    reason=f"Precondition failed: ResourceVersion in precondition: {options.precondition_rv}, ResourceVersion in object meta: {kv.mod_revision}",
+                )
+            await self.admission.admit(AdmissionRequest(ctx, "DELETE", rtype, "", namespace, name, None, obj))
+            finalizers = list(meta.get("finalizers") or [])
+            policy = options.propagation_policy
+            if policy == "Foreground" and FOREGROUND_FINALIZER not in finalizers:
+                finalizers.append(FOREGROUND_FINALIZER)
+            elif policy == "Orphan" and ORPHAN_FINALIZER not in finalizers:
+                finalizers.append(ORPHAN_FINALIZER)
+            pending = finalizers or self._needs_graceful(rtype, obj)
+            if pending:
+                if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
+                    return DeleteResult(obj, False)  # already terminating; nothing to change
+                updated = copy.deepcopy(obj)
+                umeta = updated["metadata"]
+                umeta.setdefault("deletionTimestamp", timeutil.rfc3339(self.clock()))
+                umeta["deletionGracePeriodSeconds"] = 0
+                if finalizers:
+                    umeta["finalizers"] = finalizers
+                self._on_terminating(rtype, updated)
+                umeta.pop("resourceVersion", None)
+                if options.dry_run or ctx.dry_run:
+                    return DeleteResult(updated, False)
+                try:
+                    stored = await self.cache.update(key, codec.stored_bytes(updated), kv.mod_revision)
+                except RevisionMismatchError:
+                    continue
+                return DeleteResult(self.to_version(rtype, codec.decode_kv(stored)), False)
+            if options.dry_run or ctx.dry_run:
+                return DeleteResult(obj, True)
+            try:
+                gone = await self.cache.delete(key, kv.mod_revision)
+            except RevisionMismatchError:
+                continue
+            except KeyNotFoundError:
+                raise errors.not_found(rtype.resource, name, rtype.group) from None
+            return DeleteResult(self.to_version(rtype, codec.decode_kv(gone)), True)
+        raise errors.conflict(
+            rtype.resource, name, rtype.group, reason="too many concurrent updates, try again"
+        )
+
+    @staticmethod
+    def _needs_graceful(rtype: ResourceType, obj: Obj) -> bool:
+        """Namespaces wait for their content to be removed (the ``kubernetes`` finalizer in spec)."""
+        if rtype.resource == "namespaces" and not rtype.group:
+            return bool((obj.get("spec") or {}).get("finalizers"))
+        return False
+
+    @staticmethod
+    def _on_terminating(rtype: ResourceType, obj: Obj) -> None:
+        if rtype.resource == "namespaces" and not rtype.group:
+            obj.setdefault("status", {})["phase"] = "Terminating"
+
+    # -- shared steps ----------------------------------------------------------------------------
+
+    def _default(self, rtype: ResourceType, obj: Obj) -> None:
+        rtype.strategy.default(obj)
+        schema = rtype.crd_schema
+        if schema is not None:
+            structural.apply_defaults(obj, schema)
+            structural.prune(obj, schema)
+
+    def _validate(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
+        meta = obj["metadata"]
+        causes: list[Cause] = validation.validate_object_meta(
+            meta, namespaced=rtype.namespaced, name_validator=rtype.strategy.name_validator
+        )
+        if rtype.crd_schema is not None:
+            body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+            causes.extend(structural.validate(body, _without_metadata(rtype.crd_schema)))
+        causes.extend(rtype.strategy.validate(obj, old))
+        if causes:
+            raise errors.invalid(
+                rtype.kind, str(meta.get("name") or meta.get("generateName") or ""), causes, rtype.group
+            )
+
+    def _manage(
+        self, ctx: RequestContext, rtype: ResourceType, old: Obj | None, new: Obj, subresource: str
+    ) -> Obj:
+        manager = ctx.field_manager or managedfields.manager_from_user_agent(ctx.user_agent)
+        return managedfields.record_update(
+            old,
+            new,
+            manager=manager,
+            schema=self.schemas.node_for(rtype),
+            api_version=rtype.api_version,
+            now=timeutil.rfc3339(self.clock()),
+            subresource=subresource,
+        )
+
+    # -- patch -----------------------------------------------------------------------------------
+
+    async def patch(
+        self,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        patch_type: str,
+        body: Any,
+        *,
+        subresource: str = "",
+        force: bool = False,
+    ) -> Obj:
+        if patch_type == codec.APPLY_PATCH:
+            applied = codec.require_object(body)
+            manager = ctx.field_manager
+            if not manager:
+                raise errors.bad_request(
+                    "PATCH, application/apply-patch+yaml requests must have fieldManager set"
+                )
+
+            def apply(live: Obj | None) -> Obj:
+                target = copy.deepcopy(applied)
+                target_meta = target.setdefault("metadata", {})
+                if not isinstance(target_meta, dict):
+                    raise errors.bad_request("metadata must be an object")
+                if target_meta.get("name") and target_meta["name"] != name:
+                    raise errors.bad_request(
+                        f"the name of the object ({target_meta['name']}) does not match the name on the URL ({name})"
+                    )
+                target_meta["name"] = name
+                if rtype.namespaced:
+                    target_meta["namespace"] = namespace
+                self._check_type(rtype, target)
+                result = managedfields.server_side_apply(
+                    live,
+                    target,
+                    manager=manager,
+                    force=force,
+                    schema=self.schemas.node_for(rtype),
+                    api_version=rtype.api_version,
+                    now=timeutil.rfc3339(self.clock()),
+                    subresource=subresource,
+                )
+                if live is None:
+                    result.setdefault("metadata", {}).pop("resourceVersion", None)
+                return result
+
+            return await self.guaranteed_update(
+                ctx, rtype, namespace, name, lambda o: o, subresource=subresource, apply=apply
+            )
+
+        def mutate(old: Obj) -> Obj:
+            if patch_type == codec.JSON_PATCH:
+                return patch.apply_json_patch(old, body)
+            if patch_type == codec.MERGE_PATCH:
+                result = patch.apply_merge_patch(old, codec.require_object(body, "object (merge patch)"))
+                return codec.require_object(result)
+            if patch_type == codec.STRATEGIC_MERGE_PATCH:
+                return patch.apply_strategic_merge_patch(
+                    old,
+                    codec.require_object(body, "object (strategic merge patch)"),
+                    self.schemas.node_for(rtype),
+                )
+            raise errors.unsupported_media_type(patch_type, patch_types_for(rtype))
+
+        return await self.guaranteed_update(ctx, rtype, namespace, name, mutate, subresource=subresource)
+
+
+def patch_types_for(rtype: ResourceType) -> tuple[str, ...]:
+    if rtype.is_custom:
+        return (codec.JSON_PATCH, codec.MERGE_PATCH, codec.APPLY_PATCH)
+    return (codec.JSON_PATCH, codec.MERGE_PATCH, codec.STRATEGIC_MERGE_PATCH, codec.APPLY_PATCH)
+
+
+def _spec_changed(old: Obj, new: Obj) -> bool:
+    keys = (set(old) | set(new)) - {"metadata", "status", "apiVersion", "kind"}
+    return any(old.get(k) != new.get(k) for k in keys)
+
+
+def _same_ignoring_managed_time(old: Obj, new: Obj) -> bool:
+    if old.keys() != new.keys():
+        return False
+    for key in old:
+        if key == "metadata":
+            a = {k: v for k, v in old["metadata"].items() if k not in ("resourceVersion", "managedFields")}
+            b = {k: v for k, v in new["metadata"].items() if k not in ("resourceVersion", "managedFields")}
+            if a != b or _fields_of(old) != _fields_of(new):
+                return False
+        elif old[key] != new[key]:
+            return False
+    return True
+
+
+def _fields_of(obj: Obj) -> list[tuple[str, str, Any]]:
+    """Managed-field entries without their timestamps, to tell a real ownership change from a no-op."""
+    entries = obj["metadata"].get("managedFields") or []
+    return [(e.get("manager", ""), e.get("operation", ""), e.get("fieldsV1")) for e in entries]
+
+
+def _without_metadata(schema: Obj) -> Obj:
+    props = dict(schema.get("properties") or {})
+    for key in ("apiVersion", "kind", "metadata"):
+        props.pop(key, None)
+    out = dict(schema)
+    out["properties"] = props
+    out.pop("required", None) if "required" in out and set(out["required"]) <= {
+        "apiVersion",
+        "kind",
+        "metadata",
+    } else None
+    return out

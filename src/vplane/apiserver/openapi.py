@@ -1,0 +1,216 @@
+"""OpenAPI v3: the root index and one document per group/version, built from the registry.
+
+kubectl needs, per group/version, a PATCH operation tagged with ``x-kubernetes-group-version-kind``
+that lists the ``fieldValidation`` query parameter (then it validates server-side and sends
+``fieldValidation=Strict``), and the kinds' schemas with ``metadata`` as an ObjectMeta ``$ref`` (client
+side apply computes strategic merge patches from them). Documents are addressed by a content hash, so
+kubectl's disk cache refreshes when a CRD changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from vplane.apiserver.registry import Registry, ResourceType
+from vplane.apiserver.schemas import SchemaSource
+from vplane.kube import errors
+from vplane.kube import openapi as builtin_openapi
+
+OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+STATUS = "io.k8s.apimachinery.pkg.apis.meta.v1.Status"
+DELETE_OPTIONS = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"
+PATCH_MEDIA = ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]
+SMP = "application/strategic-merge-patch+json"
+
+_QUERY = [
+    ("dryRun", "string"),
+    ("fieldManager", "string"),
+    ("fieldValidation", "string"),
+    ("force", "boolean"),
+    ("pretty", "string"),
+]
+
+
+def _param(name: str, kind: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "schema": {"type": kind, "uniqueItems": True}}
+
+
+class OpenAPI:
+    def __init__(self, registry: Registry, schemas: SchemaSource) -> None:
+        self.registry = registry
+        self.schemas = schemas
+        self._docs: dict[str, tuple[bytes, str]] = {}
+        self._generation = -1
+
+    def _fresh(self) -> None:
+        if self._generation != self.registry.generation:
+            self._docs = {}
+            self._generation = self.registry.generation
+
+    def _path_key(self, group: str, version: str) -> str:
+        return f"apis/{group}/{version}" if group else f"api/{version}"
+
+    def document(self, group: str, version: str) -> tuple[bytes, str] | None:
+        self._fresh()
+        key = self._path_key(group, version)
+        cached = self._docs.get(key)
+        if cached is not None:
+            return cached
+        types = self.registry.resources_in(group, version)
+        if not types:
+            return None
+        doc = self._build(group, version, types)
+        body = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+        digest = hashlib.sha512(body).hexdigest().upper()
+        self._docs[key] = (body, digest)
+        return body, digest
+
+    def root(self) -> bytes:
+        paths: dict[str, Any] = {}
+        for group, versions in self.registry.group_versions().items():
+            for version in versions:
+                doc = self.document(group, version)
+                if doc is not None:
+                    key = self._path_key(group, version)
+                    paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={doc[1]}"}
+        return orjson.dumps({"paths": dict(sorted(paths.items()))})
+
+    def serve(self, request: web.Request, parts: list[str]) -> web.StreamResponse:
+        if parts == ["v3"]:
+            return web.Response(body=self.root(), headers={"Content-Type": "application/json"})
+        if len(parts) >= 3 and parts[0] == "v3":
+            if parts[1] == "api" and len(parts) == 3:
+                found = self.document("", parts[2])
+            elif parts[1] == "apis" and len(parts) == 4:
+                found = self.document(parts[2], parts[3])
+            else:
+                found = None
+            if found is not None:
+                body, digest = found
+                wanted = request.query.get("hash")
+                headers = {"Content-Type": "application/json", "Etag": f'"{digest}"'}
+                if wanted and wanted != digest:
+                    raise web.HTTPMovedPermanently(location=f"{request.path}?hash={digest}")
+                headers["Cache-Control"] = "public, immutable" if wanted else "no-cache, private"
+                return web.Response(body=body, headers=headers)
+        raise errors.not_found_path()
+
+    def _build(self, group: str, version: str, types: list[ResourceType]) -> dict[str, Any]:
+        builtin = builtin_openapi.load_builtin()
+        wanted: list[str] = [OBJECT_META, STATUS, DELETE_OPTIONS]
+        components: dict[str, Any] = {}
+        paths: dict[str, Any] = {}
+        for rtype in types:
+            definition = self.schemas.definition_name(rtype)
+            if rtype.is_custom:
+                components[definition] = self._crd_schema(rtype)
+            elif definition in builtin.schemas:
+                wanted.append(definition)
+            else:
+                continue
+            paths.update(self._paths(rtype, definition))
+        components.update(builtin.closure(wanted))
+        for schema in list(components.values()):
+            for ref in _refs(schema):
+                if ref not in components:
+                    components.update(builtin.closure([ref]))
+        return {
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes", "version": "v1.34.1"},
+            "paths": paths,
+            "components": {"schemas": components},
+        }
+
+    def _crd_schema(self, rtype: ResourceType) -> dict[str, Any]:
+        schema = dict(rtype.crd_schema or {"type": "object"})
+        props = dict(schema.get("properties") or {})
+        props["apiVersion"] = {"type": "string"}
+        props["kind"] = {"type": "string"}
+        props["metadata"] = {"allOf": [{"$ref": f"#/components/schemas/{OBJECT_META}"}]}
+        schema["properties"] = props
+        schema["type"] = "object"
+        schema["x-kubernetes-group-version-kind"] = [
+            {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+        ]
+        return schema
+
+    def _paths(self, rtype: ResourceType, definition: str) -> dict[str, Any]:
+        gvk = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+        base = f"/apis/{rtype.group}/{rtype.version}" if rtype.group else f"/api/{rtype.version}"
+        collection = (
+            f"{base}/namespaces/{{namespace}}/{rtype.resource}"
+            if rtype.namespaced
+            else f"{base}/{rtype.resource}"
+        )
+        item = collection + "/{name}"
+        ref = {"$ref": f"#/components/schemas/{definition}"}
+        media = (
+            list(PATCH_MEDIA) if rtype.is_custom else [PATCH_MEDIA[0], PATCH_MEDIA[1], SMP, PATCH_MEDIA[2]]
+        )
+        params = [_param(n, t) for n, t in _QUERY]
+        ok = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}
+        out: dict[str, Any] = {}
+        if "create" in rtype.verbs:
+            out[collection] = {
+                "post": {
+                    "operationId": f"create{rtype.kind}",
+                    "parameters": params[:3],
+                    "requestBody": {"content": {"*/*": {"schema": ref}}, "required": True},
+                    "responses": ok,
+                    "x-kubernetes-action": "post",
+                    "x-kubernetes-group-version-kind": gvk,
+                }
+            }
+        if "get" in rtype.verbs:
+            out[item] = {
+                "get": {
+                    "operationId": f"read{rtype.kind}",
+                    "responses": ok,
+                    "x-kubernetes-action": "get",
+                    "x-kubernetes-group-version-kind": gvk,
+                },
+                "put": {
+                    "operationId": f"replace{rtype.kind}",
+                    "parameters": params[:3],
+                    "requestBody": {"content": {"*/*": {"schema": ref}}, "required": True},
+                    "responses": ok,
+                    "x-kubernetes-action": "put",
+                    "x-kubernetes-group-version-kind": gvk,
+                },
+                "patch": {
+                    "operationId": f"patch{rtype.kind}",
+                    "parameters": params,
+                    "requestBody": {
+                        "content": {m: {"schema": {"type": "object"}} for m in media},
+                        "required": True,
+                    },
+                    "responses": ok,
+                    "x-kubernetes-action": "patch",
+                    "x-kubernetes-group-version-kind": gvk,
+                },
+                "delete": {
+                    "operationId": f"delete{rtype.kind}",
+                    "responses": ok,
+                    "x-kubernetes-action": "delete",
+                    "x-kubernetes-group-version-kind": gvk,
+                },
+            }
+        return out
+
+
+def _refs(schema: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            out.append(ref[len("#/components/schemas/") :])
+        for value in schema.values():
+            out.extend(_refs(value))
+    elif isinstance(schema, list):
+        for value in schema:
+            out.extend(_refs(value))
+    return out

@@ -1,0 +1,251 @@
+"""Create-only review kinds (access reviews, self reviews, token reviews) and the token subresource.
+
+These are never stored: a POST computes an answer from the authorizer or the authenticators and returns
+the request object with ``status`` filled in, as upstream does.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from vplane.apiserver import codec, timeutil
+from vplane.apiserver.authz import Attributes
+from vplane.apiserver.context import RequestContext, UserInfo
+from vplane.apiserver.handlers import object_response, response_format
+from vplane.apiserver.registry import ResourceType
+from vplane.apiserver.requestinfo import RequestInfo
+from vplane.kube import errors
+from vplane.kube.objects import Obj
+
+if TYPE_CHECKING:
+    from vplane.apiserver.server import APIServer
+
+SubresourceHandler = Callable[
+    [web.Request, RequestContext, ResourceType, RequestInfo], Awaitable[web.StreamResponse]
+]
+
+SERVICE_ACCOUNT_TOKEN_SECONDS = 3600
+
+
+class Reviews:
+    def __init__(self, server: APIServer) -> None:
+        self.server = server
+        self.service_account_tokens: dict[str, tuple[UserInfo, float]] = {}
+        handlers = {
+            "selfsubjectaccessreviews": self.self_subject_access_review,
+            "subjectaccessreviews": self.subject_access_review,
+            "localsubjectaccessreviews": self.local_subject_access_review,
+            "selfsubjectrulesreviews": self.self_subject_rules_review,
+            "selfsubjectreviews": self.self_subject_review,
+            "tokenreviews": self.token_review,
+        }
+        for rtype in server.registry:
+            if rtype.resource in handlers and not rtype.stored:
+                rtype.create_handler = handlers[rtype.resource]
+        server.token_authenticators.append(self)
+
+    def subresource_handler(self, rtype: ResourceType, subresource: str) -> SubresourceHandler | None:
+        if rtype.resource == "serviceaccounts" and not rtype.group and subresource == "token":
+            return self.token_request
+        if rtype.resource == "pods" and not rtype.group and subresource == "log":
+            return self.server_log_handler
+        return None
+
+    async def server_log_handler(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        handler = self.server.extra_routes.get("pods/log")
+        if handler is None:
+            self.server.objects.must_get(rtype, info.namespace, info.name)
+            return web.Response(text="", content_type="text/plain")
+        return await handler(request, ctx)
+
+    @staticmethod
+    def _attrs(user: UserInfo, spec: Obj, namespace_override: str | None = None) -> Attributes:
+        res = spec.get("resourceAttributes")
+        if isinstance(res, dict):
+            return Attributes(
+                user,
+                str(res.get("verb", "")),
+                True,
+                namespace_override if namespace_override is not None else str(res.get("namespace", "")),
+                str(res.get("group", "")),
+                str(res.get("version", "")),
+                str(res.get("resource", "")),
+                str(res.get("subresource", "")),
+                str(res.get("name", "")),
+            )
+        non = spec.get("nonResourceAttributes")
+        if isinstance(non, dict):
+            return Attributes(user, str(non.get("verb", "")), False, path=str(non.get("path", "")))
+        raise errors.invalid(
+            "SubjectAccessReview",
+            "",
+            [
+                errors.field_required(
+                    "spec.resourceAttributes",
+                    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+                )
+            ],
+            "authorization.k8s.io",
+        )
+
+    def _decide(self, attrs: Attributes) -> Obj:
+        decision = self.server.authorizer.authorize(attrs)
+        status: Obj = {"allowed": decision.allowed}
+        if decision.allowed and decision.reason == "RBAC":
+            status["reason"] = "RBAC: allowed"
+        return status
+
+    async def self_subject_access_review(self, ctx: RequestContext, obj: Obj) -> Obj:
+        spec = obj.get("spec") or {}
+        obj["status"] = self._decide(self._attrs(ctx.user, spec))
+        obj.setdefault("metadata", {}).setdefault("creationTimestamp", None)
+        return _typed(obj, "authorization.k8s.io/v1", "SelfSubjectAccessReview")
+
+    async def subject_access_review(self, ctx: RequestContext, obj: Obj) -> Obj:
+        spec = obj.get("spec") or {}
+        user = self._spec_user(spec)
+        obj["status"] = self._decide(self._attrs(user, spec))
+        return _typed(obj, "authorization.k8s.io/v1", "SubjectAccessReview")
+
+    async def local_subject_access_review(self, ctx: RequestContext, obj: Obj) -> Obj:
+        spec = obj.get("spec") or {}
+        namespace = ctx.info.namespace
+        res = spec.get("resourceAttributes") or {}
+        if res.get("namespace") and res["namespace"] != namespace:
+            raise errors.bad_request(f"spec.resourceAttributes.namespace must match namespace: {namespace}")
+        user = self._spec_user(spec)
+        obj["status"] = self._decide(self._attrs(user, spec, namespace_override=namespace))
+        return _typed(obj, "authorization.k8s.io/v1", "LocalSubjectAccessReview")
+
+    @staticmethod
+    def _spec_user(spec: Obj) -> UserInfo:
+        if not spec.get("user") and not spec.get("groups"):
+            raise errors.invalid(
+                "SubjectAccessReview",
+                "",
+                [errors.field_required("spec.user", "at least one of user or group must be specified")],
+                "authorization.k8s.io",
+            )
+        extra = {k: tuple(v) for k, v in (spec.get("extra") or {}).items()}
+        return UserInfo(
+            str(spec.get("user", "")), str(spec.get("uid", "")), tuple(spec.get("groups") or ()), extra
+        )
+
+    async def self_subject_rules_review(self, ctx: RequestContext, obj: Obj) -> Obj:
+        spec = obj.get("spec") or {}
+        namespace = str(spec.get("namespace", ""))
+        rules = self.server.authorizer.rules_for(ctx.user, namespace)
+        if "system:masters" in ctx.user.groups:
+            rules = [
+                {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                {"nonResourceURLs": ["*"], "verbs": ["*"]},
+            ]
+        resource_rules: list[Obj] = []
+        nonresource_rules: list[Obj] = []
+        for rule in rules:
+            if rule.get("nonResourceURLs"):
+                nonresource_rules.append(
+                    {"verbs": list(rule.get("verbs") or []), "nonResourceURLs": list(rule["nonResourceURLs"])}
+                )
+            else:
+                entry: Obj = {
+                    "verbs": list(rule.get("verbs") or []),
+                    "apiGroups": list(rule.get("apiGroups") or []),
+                    "resources": list(rule.get("resources") or []),
+                }
+                if rule.get("resourceNames"):
+                    entry["resourceNames"] = list(rule["resourceNames"])
+                resource_rules.append(entry)
+        obj["status"] = {
+            "resourceRules": resource_rules,
+            "nonResourceRules": nonresource_rules,
+            "incomplete": False,
+        }
+        return _typed(obj, "authorization.k8s.io/v1", "SelfSubjectRulesReview")
+
+    async def self_subject_review(self, ctx: RequestContext, obj: Obj) -> Obj:
+        obj["status"] = {"userInfo": ctx.user.to_dict()}
+        obj.setdefault("metadata", {}).setdefault("creationTimestamp", None)
+        return _typed(obj, "authentication.k8s.io/v1", "SelfSubjectReview")
+
+    async def token_review(self, ctx: RequestContext, obj: Obj) -> Obj:
+        spec = obj.get("spec") or {}
+        token = str(spec.get("token", ""))
+        user: UserInfo | None = None
+        if token:
+            for authenticator in self.server.token_authenticators:
+                try:
+                    user = await authenticator.authenticate_token(token)
+                except errors.StatusError:
+                    user = None
+                if user is not None:
+                    break
+        status: Obj = {"authenticated": user is not None, "user": user.to_dict() if user else {}}
+        audiences = spec.get("audiences")
+        if audiences:
+            status["audiences"] = audiences
+        if user is None:
+            status["error"] = "invalid bearer token"
+        obj["status"] = status
+        return _typed(obj, "authentication.k8s.io/v1", "TokenReview")
+
+    # -- service account tokens ------------------------------------------------------------------
+
+    async def token_request(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        if request.method != "POST":
+            raise errors.method_not_allowed()
+        self.server.objects.must_get(rtype, info.namespace, info.name)
+        body = await self.server.read_body(request)
+        value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""))
+        obj = codec.require_object(value)
+        spec = obj.setdefault("spec", {})
+        seconds = int(spec.get("expirationSeconds") or SERVICE_ACCOUNT_TOKEN_SECONDS)
+        if seconds < 600:
+            raise errors.invalid(
+                "TokenRequest",
+                info.name,
+                [
+                    errors.field_invalid(
+                        "spec.expirationSeconds", seconds, "may not specify a duration less than 10 minutes"
+                    )
+                ],
+                "authentication.k8s.io",
+            )
+        spec["expirationSeconds"] = seconds
+        token = "vpsa-" + secrets.token_urlsafe(32)
+        user = UserInfo(
+            f"system:serviceaccount:{info.namespace}:{info.name}",
+            "",
+            ("system:serviceaccounts", f"system:serviceaccounts:{info.namespace}", "system:authenticated"),
+        )
+        expires = self.server.clock() + seconds
+        self.service_account_tokens[token] = (user, expires)
+        obj["status"] = {"token": token, "expirationTimestamp": timeutil.rfc3339(expires)}
+        obj.setdefault("metadata", {}).update({"name": info.name, "namespace": info.namespace})
+        return object_response(
+            _typed(obj, "authentication.k8s.io/v1", "TokenRequest"), response_format(request), 201, ctx
+        )
+
+    async def authenticate_token(self, token: str) -> UserInfo | None:
+        found = self.service_account_tokens.get(token)
+        if found is None:
+            return None
+        user, expires = found
+        if self.server.clock() >= expires:
+            self.service_account_tokens.pop(token, None)
+            return None
+        return user
+
+
+def _typed(obj: Obj, api_version: str, kind: str) -> Obj:
+    obj["apiVersion"] = api_version
+    obj["kind"] = kind
+    return obj

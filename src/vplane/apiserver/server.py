@@ -1,0 +1,558 @@
+"""The API server process: TLS, authentication, authorization, routing, and the in-process controllers.
+
+One aiohttp catch-all route feeds :meth:`APIServer.handle`, which authenticates, applies impersonation,
+authorizes and dispatches. Everything a later component adds (aggregation, admission policies, the
+platform's kinds) plugs in through :attr:`APIServer.registry`, :attr:`APIServer.admission`,
+:attr:`APIServer.token_authenticators` and :attr:`APIServer.extra_routes` without touching this file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from vplane.apiserver import authn, builtin, codec, discovery, policy, requestinfo, timeutil
+from vplane.apiserver.admission import Admission, NamespaceLifecycle
+from vplane.apiserver.authz import Attributes, RBACAuthorizer, RBACIndex, forbidden_reason
+from vplane.apiserver.context import SYSTEM, RequestContext, UserInfo
+from vplane.apiserver.controllers import CRDController, GarbageCollector, NamespaceController
+from vplane.apiserver.handlers import ResourceHandlers, json_response
+from vplane.apiserver.objects import ObjectStore
+from vplane.apiserver.openapi import OpenAPI
+from vplane.apiserver.registry import Registry, ResourceType
+from vplane.apiserver.reviews import Reviews
+from vplane.apiserver.schemas import SchemaSource
+from vplane.apiserver.settings import APIServerSettings
+from vplane.apiserver.watch import WatchEvent, WatchHub
+from vplane.kube import errors, tables
+from vplane.kube.objects import Obj
+from vplane.storage.cache import Cache
+from vplane.storage.interface import Store
+from vplane.storage.sqlite import SQLiteStore
+from vplane.support import tls
+
+log = structlog.get_logger("vplane.apiserver")
+
+PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version", "/version/"})
+Route = Callable[[web.Request, RequestContext], Awaitable[web.StreamResponse]]
+
+
+class APIServer:
+    def __init__(
+        self,
+        settings: APIServerSettings,
+        *,
+        store: Store | None = None,
+        clock: timeutil.Clock = timeutil.wall_clock,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.data_dir = settings.data_dir
+        self.store: Store = store or SQLiteStore(self.data_dir / "state.db", durable=settings.durable)
+        self.cache = Cache(self.store, window=settings.history_window)
+        self.registry = Registry()
+        builtin.install(self.registry)
+        self.hub = WatchHub()
+        self.admission = Admission()
+        self.schemas = SchemaSource(self.registry)
+        self.objects = ObjectStore(self.cache, self.admission, self.schemas, clock)
+        self.rbac = RBACIndex()
+        self.authorizer = RBACAuthorizer(self.rbac)
+        self.static_tokens = authn.StaticTokens(self.data_dir / "auth" / "tokens.json")
+        self.token_authenticators: list[authn.TokenAuthenticator] = [self.static_tokens]
+        self.discovery = discovery.Discovery(self.registry)
+        self.openapi = OpenAPI(self.registry, self.schemas)
+        self.handlers = ResourceHandlers(self)
+        self.reviews = Reviews(self)
+        self.namespaces = NamespaceController(self)
+        self.crds = CRDController(self)
+        self.gc = GarbageCollector(self)
+        self.extra_routes: dict[str, Route] = {}
+        """Non-resource paths served by add-ons (exact path, or a prefix ending in ``/``)."""
+        self.resource_interceptors: list[
+            Callable[[web.Request, RequestContext], Awaitable[web.StreamResponse | None]]
+        ] = []
+        """Hooks that may answer a resource request before the local registry (API aggregation)."""
+        self.admission.add(NamespaceLifecycle(self.namespaces))
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.ca: tls.CertPair | None = None
+        self.port = settings.listen_port
+        self.ready = False
+        self._pending_writes = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        ssl_ctx = await asyncio.to_thread(self._tls)
+        await asyncio.to_thread(self.static_tokens.load)
+        admin_token = await asyncio.to_thread(
+            self.static_tokens.ensure, self.settings.admin_user, ("system:masters",)
+        )
+        await self.cache.start()
+        self.cache.add_listener(self.hub)
+        self.hub.on_event.append(self._on_event)
+        self._load_rbac()
+        self.crds.load_existing()
+        await self._bootstrap()
+        app = web.Application(client_max_size=self.settings.max_body_bytes + 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner,
+            self.settings.listen_host,
+            self.settings.listen_port,
+            ssl_context=ssl_ctx,
+            reuse_address=True,
+        )
+        await site.start()
+        if self.settings.listen_port == 0:
+            server = site._server  # aiohttp exposes the bound port only here
+            assert server is not None
+            sockets = getattr(server, "sockets", None) or []
+            self.port = sockets[0].getsockname()[1]
+        self._write_kubeconfig(admin_token)
+        self._tasks.append(asyncio.create_task(self._compactor()))
+        self._tasks.extend(self.gc.start())
+        self._tasks.extend(self.namespaces.start())
+        self.ready = True
+        log.info("API server listening", url=self.url, kubeconfig=str(self.kubeconfig_path))
+
+    async def stop(self) -> None:
+        self.ready = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.store.close()
+
+    @property
+    def url(self) -> str:
+        host = self.settings.listen_host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"https://{host}:{self.port}"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.data_dir / "kubeconfig.yaml"
+
+    def _tls(self) -> ssl.SSLContext:
+        pki = self.data_dir / "pki"
+        ca_crt, ca_key = pki / "ca.crt", pki / "ca.key"
+        if ca_crt.exists():
+            self.ca = tls.CertPair.read(ca_crt, ca_key)
+        else:
+            self.ca = tls.make_ca("vplane-ca")
+            self.ca.write(ca_crt, ca_key)
+        srv_crt, srv_key = pki / "serving.crt", pki / "serving.key"
+        names_file = pki / "serving.names"
+        names = ",".join(self.settings.server_names)
+        if not srv_crt.exists() or not names_file.exists() or names_file.read_text() != names:
+            tls.issue_serving(self.ca, self.settings.server_names).write(srv_crt, srv_key)
+            names_file.write_text(names)
+        return tls.server_context(tls.CertPair.read(srv_crt, srv_key), srv_crt, srv_key, self.ca.cert_pem)
+
+    def _write_kubeconfig(self, token: str) -> None:
+        assert self.ca is not None
+        write_kubeconfig(self.kubeconfig_path, self.url, self.ca.cert_pem, token, "vplane", "admin")
+
+    async def _bootstrap(self) -> None:
+        ctx = self.system_context()
+        for obj in policy.namespaces() + policy.cluster_roles() + policy.cluster_role_bindings():
+            group, _, version = obj["apiVersion"].rpartition("/")
+            rtype = self.registry.for_kind(group, version, obj["kind"])
+            assert rtype is not None
+            if self.objects.get_kv(rtype, "", obj["metadata"]["name"]) is None:
+                with contextlib.suppress(errors.StatusError):
+                    await self.objects.create(ctx, rtype, "", obj)
+
+    async def _compactor(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.compact_interval_seconds)
+            target = self.cache.revision - self.settings.history_window
+            if target > self.store.compacted_revision:
+                try:
+                    await self.store.compact(target)
+                except Exception:
+                    log.exception("compaction failed")
+
+    def system_context(self) -> RequestContext:
+        return RequestContext(
+            SYSTEM, requestinfo.RequestInfo(True, "", "create"), field_manager="vplane-apiserver"
+        )
+
+    # -- in-process consumers of events ----------------------------------------------------------
+
+    def _load_rbac(self) -> None:
+        for resource in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"):
+            for kv in self.cache.iter_prefix(f"/rbac.authorization.k8s.io/{resource}/"):
+                obj = codec.decode_kv(kv)
+                meta = obj["metadata"]
+                self.rbac.put(resource, obj, meta.get("namespace", ""), meta["name"])
+
+    def _on_event(self, wevent: WatchEvent) -> None:
+        key = wevent.event.kv.key
+        if key.startswith("/rbac.authorization.k8s.io/"):
+            obj = wevent.obj()
+            meta = obj["metadata"]
+            resource = key.split("/")[2]
+            self.rbac.put(
+                resource,
+                None if wevent.event.type == "DELETE" else obj,
+                meta.get("namespace", ""),
+                meta["name"],
+            )
+        elif key.startswith("/apiextensions.k8s.io/customresourcedefinitions/"):
+            self.crds.on_event(wevent)
+        self.gc.on_event(wevent)
+        self.namespaces.on_event(wevent)
+
+    # -- helpers for handlers --------------------------------------------------------------------
+
+    async def read_body(self, request: web.Request) -> bytes:
+        length = request.content_length
+        limit = self.settings.max_body_bytes
+        if length is not None and length > limit:
+            raise errors.request_entity_too_large(f"Request entity too large: limit is {limit}")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise errors.request_entity_too_large(f"Request entity too large: limit is {limit}") from None
+        if len(body) > limit:
+            raise errors.request_entity_too_large(f"Request entity too large: limit is {limit}")
+        return body
+
+    def table(
+        self,
+        rtype: ResourceType,
+        objs: list[Obj],
+        include_object: str,
+        list_meta: Obj,
+        with_columns: bool = True,
+    ) -> Obj:
+        return tables.build_table(
+            rtype.kind,
+            rtype.group,
+            objs,
+            include_object=include_object,
+            now=self.clock(),
+            printer_columns=rtype.printer_columns,
+            with_columns=with_columns,
+            list_meta=list_meta,
+        )
+
+    def authorize(self, attrs: Attributes) -> bool:
+        return self.authorizer.authorize(attrs).allowed
+
+    # -- request handling ------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._handle(request)
+        except errors.StatusError as exc:
+            return status_response(exc)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            log.exception("request failed", path=request.path, method=request.method)
+            return status_response(errors.internal_error(str(exc) or type(exc).__name__))
+
+    async def authenticate(self, request: web.Request) -> UserInfo | None:
+        transport = request.transport
+        peercert = transport.get_extra_info("peercert") if transport is not None else None
+        identity = tls.subject_identity(peercert)
+        if identity is not None:
+            user, groups = identity
+            return UserInfo(user, "", authn.with_authenticated(groups))
+        token = authn.bearer_token(request.headers)
+        if token is None:
+            return None
+        for authenticator in self.token_authenticators:
+            found = await authenticator.authenticate_token(token)
+            if found is not None:
+                return found
+        raise errors.unauthorized()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        user = await self.authenticate(request)
+        if user is None:
+            if path in PUBLIC_PATHS:
+                return self._public(path)
+            if not self.settings.anonymous_auth:
+                raise errors.unauthorized()
+            from vplane.apiserver.context import ANONYMOUS
+
+            user = ANONYMOUS
+        query = request.query
+        info = requestinfo.parse(request.method, path, query.get("watch", "").lower() in ("true", "1"))
+        user = self._impersonate(request, user)
+        ctx = RequestContext(user, info, user_agent=request.headers.get("User-Agent", ""))
+        if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+            self._write_options(request, ctx)
+        attrs = Attributes(
+            user,
+            info.verb,
+            info.is_resource,
+            info.namespace,
+            info.group,
+            info.version,
+            info.resource,
+            info.subresource,
+            info.name,
+            path,
+        )
+        if not self.authorize(attrs):
+            if info.is_resource:
+                raise errors.forbidden(info.resource, info.group, info.name, forbidden_reason(attrs))
+            raise errors.StatusError(403, "Forbidden", f"forbidden: {forbidden_reason(attrs)}", details={})
+        if not info.is_resource:
+            return await self._nonresource(request, ctx, path)
+        for interceptor in self.resource_interceptors:
+            answered = await interceptor(request, ctx)
+            if answered is not None:
+                return answered
+        return await self._resource(request, ctx, info)
+
+    def _write_options(self, request: web.Request, ctx: RequestContext) -> None:
+        query = request.query
+        dry = query.getall("dryRun", [])
+        for value in dry:
+            if value != "All":
+                raise errors.bad_request(f'dryRun: unsupported value {value!r}; supported values: "All"')
+        ctx.dry_run = bool(dry)
+        ctx.field_manager = query.get("fieldManager", "")
+        if len(ctx.field_manager) > 128:
+            raise errors.bad_request("fieldManager: Too long: must have at most 128 bytes")
+        validation = query.get("fieldValidation", "")
+        if validation and validation not in ("Ignore", "Warn", "Strict"):
+            raise errors.bad_request(
+                f'fieldValidation: Unsupported value: "{validation}": supported values: "Ignore", "Warn", "Strict"'
+            )
+        ctx.field_validation = validation or "Warn"
+
+    def _impersonate(self, request: web.Request, user: UserInfo) -> UserInfo:
+        headers = request.headers
+        groups = headers.getall("Impersonate-Group", [])
+        extras: dict[str, list[str]] = {}
+        for name, value in headers.items():
+            if name.lower().startswith("impersonate-extra-"):
+                extras.setdefault(name[len("impersonate-extra-") :].lower(), []).append(value)
+        imp = authn.impersonation_from(headers, list(groups), extras)
+        if imp is None:
+            return user
+        checks = [("users", imp.user, "")]
+        checks += [("groups", g, "") for g in imp.groups]
+        if imp.uid:
+            checks.append(("uids", imp.uid, "authentication.k8s.io"))
+        for key in imp.extra:
+            for value in imp.extra[key]:
+                checks.append((f"userextras/{key}", value, "authentication.k8s.io"))
+        for resource, name, group in checks:
+            res, _, sub = resource.partition("/")
+            attrs = Attributes(user, "impersonate", True, "", group, "", res, sub, name)
+            if not self.authorize(attrs):
+                raise errors.forbidden(res, group, name, forbidden_reason(attrs))
+        return UserInfo(
+            imp.user,
+            imp.uid,
+            authn.with_authenticated(imp.groups) if imp.user != "system:anonymous" else imp.groups,
+            imp.extra,
+        )
+
+    def _public(self, path: str) -> web.StreamResponse:
+        if path.startswith("/version"):
+            return json_response(orjson.dumps(self.version_info()))
+        return self._health(path)
+
+    def _health(self, path: str) -> web.StreamResponse:
+        if path == "/readyz" and not self.ready:
+            return web.Response(status=500, text="[-]ready failed: not started\nreadyz check failed\n")
+        return web.Response(text="ok", content_type="text/plain")
+
+    def version_info(self) -> Obj:
+        version = self.settings.kubernetes_version
+        major, minor = version.lstrip("v").split(".")[:2]
+        return {
+            "major": major,
+            "minor": minor,
+            "gitVersion": version,
+            "gitCommit": "vplane",
+            "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": "python",
+            "compiler": "cpython",
+            "platform": "linux/amd64",
+        }
+
+    async def _nonresource(self, request: web.Request, ctx: RequestContext, path: str) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD") and path not in self.extra_routes:
+            route = self._extra_route(path)
+            if route is None:
+                raise errors.method_not_allowed()
+            return await route(request, ctx)
+        route = self._extra_route(path)
+        if route is not None:
+            return await route(request, ctx)
+        if path in PUBLIC_PATHS or path.startswith(("/healthz/", "/livez/", "/readyz/")):
+            return self._public(path)
+        parts = [p for p in path.split("/") if p]
+        accept = request.headers.get("Accept", "")
+        if parts == ["api"]:
+            if discovery.wants_aggregated(accept):
+                return web.Response(
+                    body=self.discovery.aggregated(True),
+                    headers={"Content-Type": discovery.AGGREGATED_CONTENT_TYPE},
+                )
+            return json_response(self.discovery.api_versions(request.host))
+        if parts == ["apis"]:
+            if discovery.wants_aggregated(accept):
+                return web.Response(
+                    body=self.discovery.aggregated(False),
+                    headers={"Content-Type": discovery.AGGREGATED_CONTENT_TYPE},
+                )
+            return json_response(self.discovery.api_group_list())
+        if len(parts) == 2 and parts[0] == "api":
+            body = self.discovery.resource_list("", parts[1])
+            if body is None:
+                raise errors.not_found_path()
+            return json_response(body)
+        if len(parts) == 2 and parts[0] == "apis":
+            body = self.discovery.api_group(parts[1])
+            if body is None:
+                raise errors.not_found_path()
+            return json_response(body)
+        if len(parts) == 3 and parts[0] == "apis":
+            body = self.discovery.resource_list(parts[1], parts[2])
+            if body is None:
+                raise errors.not_found_path()
+            return json_response(body)
+        if parts and parts[0] == "openapi":
+            return self.openapi.serve(request, parts[1:])
+        raise errors.not_found_path()
+
+    def _extra_route(self, path: str) -> Route | None:
+        route = self.extra_routes.get(path)
+        if route is not None:
+            return route
+        for prefix, candidate in self.extra_routes.items():
+            if prefix.endswith("/") and path.startswith(prefix):
+                return candidate
+        return None
+
+    async def _resource(
+        self, request: web.Request, ctx: RequestContext, info: requestinfo.RequestInfo
+    ) -> web.StreamResponse:
+        rtype = self.registry.get(info.group, info.version, info.resource)
+        if rtype is None:
+            raise errors.not_found_path()
+        if (
+            info.namespace
+            and not rtype.namespaced
+            and not (rtype.resource == "namespaces" and not rtype.group)
+        ):
+            raise errors.not_found_path()
+        if info.subresource and info.subresource not in rtype.subresources:
+            raise errors.not_found_path()
+        if len(info.parts) > 3:
+            raise errors.not_found_path()
+        verb = info.verb
+        if verb not in rtype.verbs and not info.subresource:
+            raise errors.method_not_allowed()
+        if info.subresource:
+            sub = rtype.subresources[info.subresource]
+            allowed = "get" if verb in ("get", "watch", "list") else verb
+            if allowed not in sub.verbs:
+                raise errors.method_not_allowed()
+            handler = self.reviews.subresource_handler(rtype, info.subresource)
+            if handler is not None:
+                return await handler(request, ctx, rtype, info)
+        h = self.handlers
+        if verb == "get":
+            return await h.get(request, ctx, rtype, info)
+        if verb == "list":
+            return await h.list_objects(request, ctx, rtype, info)
+        if verb == "watch":
+            return await h.watch(request, ctx, rtype, info)
+        if verb in ("create", "update", "patch", "delete", "deletecollection"):
+            if self._pending_writes >= self.settings.write_queue_limit:
+                raise errors.too_many_requests("Too many requests, please try again later.", 1)
+            self._pending_writes += 1
+            try:
+                if verb == "create":
+                    if info.name and not info.subresource:
+                        raise errors.method_not_allowed()
+                    return await h.create(request, ctx, rtype, info)
+                if verb == "update":
+                    return await h.update(request, ctx, rtype, info)
+                if verb == "patch":
+                    return await h.patch(request, ctx, rtype, info)
+                if verb == "delete":
+                    return await h.delete(request, ctx, rtype, info)
+                return await h.delete_collection(request, ctx, rtype, info)
+            finally:
+                self._pending_writes -= 1
+        raise errors.method_not_allowed()
+
+
+def status_response(exc: errors.StatusError) -> web.Response:
+    resp = web.Response(
+        body=orjson.dumps(exc.to_status()), status=exc.code, headers={"Content-Type": "application/json"}
+    )
+    for name, value in exc.headers.items():
+        resp.headers[name] = value
+    return resp
+
+
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca_pem: bytes,
+    token: str,
+    cluster: str,
+    user: str,
+    contexts: list[tuple[str, str, str, str, bytes]] | None = None,
+) -> None:
+    """A kubeconfig with one context (or several, for ``vplane up``), CA data inline."""
+    import base64
+
+    import yaml
+
+    entries = contexts or [(cluster, server, user, token, ca_pem)]
+    doc: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [],
+        "users": [],
+        "contexts": [],
+        "current-context": entries[0][0],
+        "preferences": {},
+    }
+    for name, url, username, tok, ca in entries:
+        doc["clusters"].append(
+            {
+                "name": name,
+                "cluster": {"server": url, "certificate-authority-data": base64.b64encode(ca).decode()},
+            }
+        )
+        doc["users"].append({"name": f"{name}-{username}", "user": {"token": tok}})
+        doc["contexts"].append({"name": name, "context": {"cluster": name, "user": f"{name}-{username}"}})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
+    tmp.chmod(0o600)
+    tmp.replace(path)

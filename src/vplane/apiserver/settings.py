@@ -1,0 +1,36 @@
+"""Settings of one API server process. Every limit and timing is a named field, so tests shrink them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class APIServerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    data_dir: Path
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 6443
+    server_names: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost", "::1"])
+    """Names and addresses in the serving certificate."""
+    max_body_bytes: int = 3 * 1024 * 1024
+    """Request bodies above this get 413 (upstream's limit is 3 MiB)."""
+    durable: bool = True
+    """Acknowledge writes only after fsync (SQLite ``synchronous=FULL``)."""
+    history_window: int = 10_000
+    """Revisions kept for watches that resume and for paginated lists (older ones answer 410)."""
+    compact_interval_seconds: float = 60.0
+    watch_queue_capacity: int = 10_000
+    """Events a slow watcher may fall behind before the server closes its stream."""
+    bookmark_interval_seconds: float = 60.0
+    watch_timeout_min_seconds: float = 1800.0
+    watch_timeout_max_seconds: float = 3600.0
+    """Watches without ``timeoutSeconds`` end at a random point in this range (as upstream)."""
+    anonymous_auth: bool = False
+    """Serve anonymous requests beyond health and version (off: they get 401)."""
+    write_queue_limit: int = 2000
+    """Writes in flight beyond this get 429 with Retry-After."""
+    kubernetes_version: str = "v1.35.3"
+    admin_user: str = "admin"

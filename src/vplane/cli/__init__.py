@@ -1,0 +1,1 @@
+"""The ``vplane`` command line."""

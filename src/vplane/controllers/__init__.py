@@ -1,0 +1,1 @@
+"""The controllers layer (see docs/architecture.md)."""

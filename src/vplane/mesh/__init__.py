@@ -1,0 +1,1 @@
+"""The mesh layer (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""The platform layer (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""The proxy layer (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""The runtime layer (see docs/architecture.md)."""

@@ -1,0 +1,141 @@
+"""The in-memory cache in front of a :class:`Store`.
+
+Reads never touch the backend: the cache holds every live key's current value (the same ``bytes``
+objects the backend produced) in key order, plus a ring of recent events for watches that resume from
+an older revision. The backend feeds it committed events in revision order before acknowledging the
+write that caused them, so a read that follows an acknowledged write always sees it.
+
+This is kube-apiserver's watch cache, simplified by the fact that the cache is fed synchronously: there
+is no window in which the cache lags an acknowledged write. A backend shared by several processes (etcd)
+feeds it asynchronously instead; :meth:`Cache.wait_for` is the hook that keeps read-your-writes there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+
+from sortedcontainers import SortedDict
+
+from vplane.storage.interface import CompactedError, Event, KeyValue, Store
+from vplane.storage.sqlite import prefix_end
+
+Listener = Callable[[Sequence[Event]], None]
+
+
+class Cache:
+    """Current state and recent history of a store, for reads and watches."""
+
+    def __init__(self, store: Store, *, window: int = 10_000) -> None:
+        self.store = store
+        self.window = window
+        self._items: SortedDict = SortedDict()
+        self._ring: deque[Event] = deque(maxlen=window)
+        self._revision = 0
+        self._listeners: list[Listener] = []
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    async def start(self) -> None:
+        await self.store.start()
+        items, revision = await self.store.snapshot()
+        self._items = SortedDict((kv.key, kv) for kv in items)
+        self._revision = revision
+        self.store.subscribe(self._apply, revision)
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def get(self, key: str) -> KeyValue | None:
+        kv: KeyValue | None = self._items.get(key)
+        return kv
+
+    def iter_prefix(self, prefix: str, start: str = "") -> Iterator[KeyValue]:
+        """Live values under ``prefix`` in key order, from ``start`` (inclusive)."""
+        low = max(prefix, start)
+        for key in self._items.irange(low, prefix_end(prefix), inclusive=(True, False)):
+            yield self._items[key]
+
+    def count_prefix(self, prefix: str, start: str = "") -> int:
+        low = max(prefix, start)
+        first: int = self._items.bisect_left(low)
+        last: int = self._items.bisect_left(prefix_end(prefix))
+        return max(0, last - first)
+
+    async def events_after(self, revision: int) -> list[Event]:
+        """Events newer than ``revision``: from the ring when it reaches back far enough, else the store."""
+        if revision >= self._revision:
+            return []
+        if self._ring and self._ring[0].revision <= revision + 1:
+            return [e for e in self._ring if e.revision > revision]
+        if revision < self.store.compacted_revision:
+            raise CompactedError(revision, self.store.compacted_revision)
+        return await self.store.history(revision)
+
+    def recent_events_after(self, revision: int) -> list[Event] | None:
+        """Like :meth:`events_after` but synchronous; ``None`` when the ring does not reach back."""
+        if revision >= self._revision:
+            return []
+        if self._ring and self._ring[0].revision <= revision + 1:
+            return [e for e in self._ring if e.revision > revision]
+        return None
+
+    # -- writes (read-your-writes) ---------------------------------------------------------------
+
+    async def create(self, key: str, value: bytes) -> KeyValue:
+        kv = await self.store.create(key, value)
+        await self.wait_for(kv.mod_revision)
+        return kv
+
+    async def update(self, key: str, value: bytes, expected_revision: int) -> KeyValue:
+        kv = await self.store.update(key, value, expected_revision)
+        await self.wait_for(kv.mod_revision)
+        return kv
+
+    async def delete(self, key: str, expected_revision: int) -> KeyValue:
+        kv = await self.store.delete(key, expected_revision)
+        await self.wait_for(kv.mod_revision)
+        return kv
+
+    async def wait_for(self, revision: int) -> None:
+        if self._revision >= revision:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((revision, future))
+        await future
+
+    # -- listeners -------------------------------------------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        try:
+            self._listeners.remove(listener)
+        except ValueError:
+            pass
+
+    def _apply(self, events: Sequence[Event]) -> None:
+        items = self._items
+        for event in events:
+            if event.type == "DELETE":
+                items.pop(event.kv.key, None)
+            else:
+                items[event.kv.key] = event.kv
+            self._ring.append(event)
+        if events:
+            self._revision = events[-1].revision
+        for listener in list(self._listeners):
+            listener(events)
+        if self._waiters:
+            still = []
+            for revision, future in self._waiters:
+                if revision <= self._revision:
+                    if not future.done():
+                        future.set_result(None)
+                else:
+                    still.append((revision, future))
+            self._waiters = still

@@ -1,0 +1,1 @@
+"""Process plumbing shared by every layer: logging, TLS material, task helpers, clocks."""

@@ -1,0 +1,1 @@
+"""The tenant layer (see docs/architecture.md)."""

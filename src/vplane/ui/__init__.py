@@ -1,0 +1,1 @@
+"""The ui layer (see docs/architecture.md)."""

@@ -1,0 +1,74 @@
+"""Shared fixtures: real ``vplane`` processes on loopback and the clients that drive them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / ".tools" / "bin"
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import APIServerProcess, Kubectl  # noqa: E402
+
+
+def _tool(name: str) -> str:
+    for candidate in (TOOLS / name, Path(sys.executable).parent / name):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed; run scripts/bootstrap")
+    return found
+
+
+@pytest.fixture(scope="session")
+def kubectl_path() -> str:
+    return _tool("kubectl")
+
+
+@pytest.fixture(scope="session")
+def kubectl132_path() -> str:
+    return _tool("kubectl-1.32")
+
+
+@pytest.fixture(scope="session")
+def shared_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[APIServerProcess]:
+    """One API server per test worker, for tests that only add objects of their own."""
+    server = APIServerProcess(tmp_path_factory.mktemp("apiserver"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def apiserver(tmp_path: Path) -> Iterator[APIServerProcess]:
+    """A fresh API server for a test that restarts it, kills it or changes its settings."""
+    server = APIServerProcess(tmp_path / "apiserver")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def kubectl(shared_apiserver: APIServerProcess, kubectl_path: str, tmp_path: Path) -> Kubectl:
+    return Kubectl(kubectl_path, shared_apiserver.kubeconfig, tmp_path / "kubecache")
+
+
+@pytest.fixture
+def kubectl132(shared_apiserver: APIServerProcess, kubectl132_path: str, tmp_path: Path) -> Kubectl:
+    return Kubectl(kubectl132_path, shared_apiserver.kubeconfig, tmp_path / "kubecache132")
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> str:
+    """A namespace of this test's own in the shared server."""
+    name = "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = name + "-" + os.urandom(2).hex()
+    kubectl.run("create", "namespace", name)
+    return name
