@@ -234,6 +234,14 @@ META_KINDS: list[tuple[str, str, list[tuple[str, str]], str]] = [
 CLASS_RE = re.compile(r"^(?P<prefix>[A-Z][a-z]+)?(?P<version>V\d+(?:alpha\d+|beta\d+)?)(?P<name>[A-Z]\w*)$")
 
 # The client prefixes a class with its group where two packages share a Go type name.
+# Defaults upstream publishes in its v3 schemas that server-side apply needs to key list items (a port
+# applied without a protocol must key like the stored one, which has the default filled in).
+DEFAULTS: dict[tuple[str, str], object] = {
+    ("io.k8s.api.core.v1.ContainerPort", "protocol"): "TCP",
+    ("io.k8s.api.core.v1.ServicePort", "protocol"): "TCP",
+    ("io.k8s.api.core.v1.EndpointPort", "protocol"): "TCP",
+}
+
 PREFIX_PACKAGES = {
     "Core": CORE,
     "Events": EVENTS,
@@ -878,6 +886,8 @@ class Generator:
             if name == "metadata" and py_type == "V1ObjectMeta":
                 prop["default"] = {}
             prop.update(EXTENSIONS.get(definition, {}).get(name, {}))
+            if (definition, name) in DEFAULTS:
+                prop["default"] = DEFAULTS[(definition, name)]
             props[name] = prop
             if fields[name].is_required():
                 required.append(name)

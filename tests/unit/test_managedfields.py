@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from vplane.kube.errors import StatusError
 from vplane.kube.managedfields import (
+    LAST_APPLIED_ANNOTATION,
     MAX_UPDATE_MANAGERS,
     field_path,
     fields_from_v1,
@@ -503,9 +504,23 @@ def test_fields_set_by_updaters_survive_an_applier_dropping_them() -> None:
 
 def test_dropping_everything_removes_the_struct_field() -> None:
     live = apply_cm(None, "me", a="1")
-    after = apply_cm(live, "me", now=T2)
-    assert "data" not in after or after["data"] == {}
-    assert "managedFields" not in after["metadata"]
+    after = server_side_apply(
+        live,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}},
+        manager="me",
+        force=False,
+        schema=CONFIGMAP,
+        api_version="v1",
+        now=T2,
+    )
+    assert after == {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+
+
+def test_applying_an_empty_map_keeps_ownership_of_the_map() -> None:
+    live = apply_cm(None, "me", a="1")
+    after = apply_cm(live, "me", now=T2)  # data: {}
+    assert after["data"] == {}
+    assert owned(after, "me") == {"f:data": {}}
 
 
 def test_noop_apply_keeps_the_object_and_the_timestamp() -> None:
@@ -645,6 +660,52 @@ def test_duplicate_keys_in_an_applied_list_are_400() -> None:
     assert 'duplicate entries for key [name="a"]' in err.value.message
 
 
+def client_side_applied(**data: str) -> dict[str, Any]:
+    """A ConfigMap as ``kubectl apply`` (client-side) creates it: annotation plus an Update entry."""
+    obj = configmap(**data)
+    last = {
+        "apiVersion": "v1",
+        "data": data,
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "default"},
+    }
+    obj["metadata"]["annotations"] = {LAST_APPLIED_ANNOTATION: json.dumps(last) + "\n"}
+    return update_cm(None, obj, "kubectl-client-side-apply")
+
+
+def test_kubectl_moves_from_client_side_apply_without_conflicts() -> None:
+    live = client_side_applied(a="1", b="1")
+    applied = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "default"},
+        "data": {"a": "2", "b": "1"},
+    }
+    after = server_side_apply(
+        live, applied, manager="kubectl", force=False, schema=CONFIGMAP, api_version="v1", now=T1
+    )
+    assert after["data"] == {"a": "2", "b": "1"}
+    assert owned(after, "kubectl") == {"f:data": {"f:a": {}, "f:b": {}}}
+    assert "f:a" not in owned(after, "kubectl-client-side-apply")["f:data"]
+    # the annotation follows, so a later client-side apply computes the right patch
+    assert json.loads(after["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]) == applied
+    # any other manager still conflicts, and so does kubectl once the live value left the annotation
+    with pytest.raises(StatusError):
+        server_side_apply(
+            live, applied, manager="other", force=False, schema=CONFIGMAP, api_version="v1", now=T1
+        )
+    edited = copy.deepcopy(live)
+    edited["data"]["a"] = "9"
+    edited = update_cm(live, edited, "kubectl-client-side-apply", now=T1)
+    with pytest.raises(StatusError) as err:
+        server_side_apply(
+            edited, applied, manager="kubectl", force=False, schema=CONFIGMAP, api_version="v1", now=T2
+        )
+    assert err.value.message == (
+        'Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using v1: .data.a'
+    )
+
+
 def test_apply_entries_sort_before_update_entries() -> None:
     live = update_cm(None, configmap(a="1"), "aaa")
     live = apply_cm(live, "zzz", b="1")
@@ -674,7 +735,33 @@ def test_manager_or_user_agent() -> None:
     assert manager_or_user_agent("", "kubectl/v1.35.2") == "kubectl"
 
 
-# -- properties -------------------------------------------------------------------------------------------------------
+def lookup(obj: Any, path: tuple[tuple[str, str], ...]) -> tuple[bool, Any]:
+    """Resolve ``path`` in ``obj`` (test schemas only default ``protocol``)."""
+    node = obj
+    for kind, text in path:
+        if kind == "f":
+            if not isinstance(node, dict) or text not in node:
+                return False, None
+            node = node[text]
+        elif kind == "k":
+            key = json.loads(text)
+            found = [
+                item
+                for item in (node if isinstance(node, list) else [])
+                if all(item.get(k, "TCP" if k == "protocol" else None) == v for k, v in key.items())
+            ]
+            if not found:
+                return False, None
+            node = found[0]
+        elif kind == "v":
+            value = json.loads(text)
+            if not isinstance(node, list) or value not in node:
+                return False, None
+            node = value
+        else:
+            return False, None
+    return True, node
+
 
 NAMES = st.sampled_from(["a", "b", "c"])
 CONTAINERS = st.lists(
@@ -725,13 +812,9 @@ def test_apply_sequences_are_consistent(
         except StatusError as err:
             assert err.code == 409 and not force
             continue
-        # what a manager applied is in the object and owned by it
-        mine = (
-            fields_from_v1(owned(live, manager))
-            if any(e["manager"] == manager for e in entries(live))
-            else set()
-        )
-        assert mine <= fields_of(live, DEPLOYMENT)
+        # whatever anybody owns is in the object
+        for entry in entries(live):
+            assert all(lookup(live, p)[0] for p in fields_from_v1(entry["fieldsV1"]))
         # applying the same configuration again changes nothing
         assert apply(live, config, manager) == live
         # the encoding round-trips
@@ -741,13 +824,13 @@ def test_apply_sequences_are_consistent(
 
 @PROPERTY_SETTINGS
 @given(old=CONFIGS, new=CONFIGS)
-def test_updates_own_exactly_what_they_changed(old: dict[str, Any], new: dict[str, Any]) -> None:
+def test_updates_own_only_what_exists(old: dict[str, Any], new: dict[str, Any]) -> None:
     created = record_update(None, old, manager="a", schema=DEPLOYMENT, api_version="apps/v1", now=T0)
     updated = record_update(created, new, manager="b", schema=DEPLOYMENT, api_version="apps/v1", now=T1)
-    present = fields_of(updated, DEPLOYMENT)
-    union: set[Any] = set()
     for entry in entries(updated):
-        union |= fields_from_v1(entry["fieldsV1"])
-    # every owned leaf still exists (containers' own entries are implied by their fields)
-    leaves = {p for p in union if not any(q[: len(p)] == p and q != p for q in union)}
-    assert leaves <= present | {p for p in union if p[-1][0] == "k"}
+        assert all(lookup(updated, p)[0] for p in fields_from_v1(entry["fieldsV1"]))
+    # every scalar "new" sets that "old" did not have is "b"'s
+    changed = fields_of(new, DEPLOYMENT) - fields_of(old, DEPLOYMENT)
+    scalars = {p for p in changed if not isinstance(lookup(new, p)[1], dict | list)}
+    if scalars:
+        assert scalars <= fields_from_v1(owned(updated, "b"))

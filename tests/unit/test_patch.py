@@ -209,7 +209,7 @@ JSON_PATCH_OPS = st.fixed_dictionaries(
     optional={"value": JSON, "from": POINTERS},
 )
 
-PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY_SETTINGS
@@ -267,3 +267,15 @@ def test_deep_nesting_is_a_status_error() -> None:
     ):
         with pytest.raises(StatusError):
             engine()
+
+
+def test_results_share_nothing_with_the_original() -> None:
+    original = {"metadata": {"labels": {"a": "1"}}, "spec": {"x": [1]}}
+    for result in (
+        apply_merge_patch(original, {"data": "x"}),
+        apply_strategic_merge_patch(original, {"data": "x"}, None),
+        apply_json_patch(original, [{"op": "add", "path": "/data", "value": "x"}]),
+    ):
+        result["metadata"]["labels"]["a"] = "changed"
+        result["spec"]["x"].append(2)
+    assert original == {"metadata": {"labels": {"a": "1"}}, "spec": {"x": [1]}}

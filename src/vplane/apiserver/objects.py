@@ -477,7 +477,7 @@ class ObjectStore:
     def _manage(
         self, ctx: RequestContext, rtype: ResourceType, old: Obj | None, new: Obj, subresource: str
     ) -> Obj:
-        manager = ctx.field_manager or managedfields.manager_from_user_agent(ctx.user_agent)
+        manager = managedfields.manager_or_user_agent(ctx.field_manager, ctx.user_agent)
         return managedfields.record_update(
             old,
             new,
@@ -486,6 +486,8 @@ class ObjectStore:
             api_version=rtype.api_version,
             now=timeutil.rfc3339(self.clock()),
             subresource=subresource,
+            ignored=_ignored(rtype, subresource),
+            builtin=rtype.crd_schema is None,
         )
 
     # -- patch -----------------------------------------------------------------------------------
@@ -532,6 +534,7 @@ class ObjectStore:
                     api_version=rtype.api_version,
                     now=timeutil.rfc3339(self.clock()),
                     subresource=subresource,
+                    ignored=_ignored(rtype, subresource),
                 )
                 if live is None:
                     result.setdefault("metadata", {}).pop("resourceVersion", None)
@@ -545,8 +548,7 @@ class ObjectStore:
             if patch_type == codec.JSON_PATCH:
                 return patch.apply_json_patch(old, body)
             if patch_type == codec.MERGE_PATCH:
-                result = patch.apply_merge_patch(old, codec.require_object(body, "object (merge patch)"))
-                return codec.require_object(result)
+                return patch.apply_merge_patch_to_object(old, body)
             if patch_type == codec.STRATEGIC_MERGE_PATCH:
                 return patch.apply_strategic_merge_patch(
                     old,
@@ -562,6 +564,13 @@ def patch_types_for(rtype: ResourceType) -> tuple[str, ...]:
     if rtype.is_custom:
         return (codec.JSON_PATCH, codec.MERGE_PATCH, codec.APPLY_PATCH)
     return (codec.JSON_PATCH, codec.MERGE_PATCH, codec.STRATEGIC_MERGE_PATCH, codec.APPLY_PATCH)
+
+
+def _ignored(rtype: ResourceType, subresource: str) -> tuple[managedfields.Path, ...]:
+    """Subtrees another endpoint owns: status belongs to ``/status`` when the kind has that subresource."""
+    if rtype.has_status and subresource != "status":
+        return (managedfields.field_path("status"),)
+    return ()
 
 
 def _spec_changed(old: Obj, new: Obj) -> bool:

@@ -3,7 +3,7 @@
 This is upstream's field manager in miniature: ``sigs.k8s.io/structured-merge-diff`` (``fieldpath`` sets,
 ``typed`` merge/compare/remove, ``merge.Updater``) plus the wrappers in apimachinery
 ``pkg/util/managedfields/internal`` (manager identifiers, stripped metadata fields, the update-manager
-cap, timestamps). List and map semantics come from the kind's OpenAPI schema
+cap, timestamps, kubectl's hand-over from client-side apply). List and map semantics come from the kind's OpenAPI schema
 (:meth:`SchemaNode.list_relationship`); without a schema, maps are granular and lists atomic, like
 upstream's "deduced" type.
 
@@ -15,10 +15,9 @@ encoding is a tree walk.
 Deviations from upstream (kept small on purpose):
 
 * no version conversion: every manager's set is compared at the request's version;
-* no ``last-applied-configuration`` interplay (upstream's lastAppliedManager/Updater), so moving a
-  client-side-applied object to server-side apply reports conflicts with ``kubectl-client-side-apply``
-  that upstream would resolve silently;
-* ``null`` in an applied configuration means "not specified";
+* ``null`` in an applied configuration means "not specified", and a map or list that pruning empties is
+  dropped instead of left as ``null`` (typed decoding, or structural pruning, does the same upstream);
+* the applied configuration is merged again after pruning, so an empty list it sets survives;
 * on create of a built-in kind, every struct-typed field counts as pre-existing (upstream's empty typed
   object has non-pointer structs only), so none gets a ``.`` entry of its own;
 * malformed list items (missing keys, duplicates in an applied configuration) are 400 where upstream
@@ -48,6 +47,12 @@ MAX_UPDATE_MANAGERS: Final = 10
 
 FIELD_MANAGER_MAX_LENGTH: Final = 128
 """``validation.FieldManagerMaxLength`` (bytes)."""
+
+LAST_APPLIED_ANNOTATION: Final = "kubectl.kubernetes.io/last-applied-configuration"
+KUBECTL: Final = "kubectl"
+"""The manager name ``kubectl apply --server-side`` uses; upstream special-cases it for client-side apply."""
+_ANNOTATIONS_SIZE_LIMIT: Final = 256 * 1024
+"""``TotalAnnotationSizeLimitB``."""
 
 APPLY: Final = "Apply"
 UPDATE: Final = "Update"
@@ -91,6 +96,8 @@ def fields_of(obj: Obj, schema: SchemaNode | None, *, ignored: Collection[Path] 
         found = _to_set(_without_managed_fields(obj), schema, strict=False)
     except _Invalid as e:
         raise errors.bad_request(str(e)) from None
+    except RecursionError:
+        raise errors.bad_request("the object is nested too deeply") from None
     return _drop_ignored(frozenset(found) - STRIPPED_FIELDS, ignored)
 
 
@@ -141,10 +148,12 @@ def record_update(
     ``builtin`` marks kinds upstream implements as Go structs: their create starts from an empty typed
     object in which struct fields already exist, so those get no ``.`` entry (custom resources do).
     """
-    result: Obj = _copy(new)
+    result: Obj = dict(new)  # only metadata.managedFields changes; the rest may be shared
+    if isinstance(new.get("metadata"), dict):
+        result["metadata"] = dict(new["metadata"])
     old_obj: Obj = old if old is not None else {}
-    managed = _managed_for_update(old_obj, new, ignore_request=bool(subresource))
     try:
+        managed = _managed_for_update(old_obj, new, ignore_request=bool(subresource))
         diff = _Diff()
         _compare(
             _without_managed_fields(old_obj),
@@ -392,7 +401,7 @@ def _set_raw_managed_fields(obj: Obj, entries: Any) -> None:
         if not isinstance(meta, dict):
             meta = {}
             obj["metadata"] = meta
-        meta["managedFields"] = _copy(entries)
+        meta["managedFields"] = list(entries) if isinstance(entries, list) else entries
     elif isinstance(meta, dict):
         meta.pop("managedFields", None)
 
@@ -467,7 +476,9 @@ def _apply(
         last = managed.get(me)
         managed[me] = _Entry(applied_set, api_version, last.time if last else None)
         if last is not None and last.fields:
-            merged = _prune(merged, managed, last.fields, schema)
+            # merging the configuration back restores empty lists it sets, which nobody can own and
+            # prune may have taken with their parent; upstream's typed decoding hides that difference
+            merged = _merge(_prune(merged, managed, last.fields, schema), config, schema, ())
         diff = _Diff()
         _compare(before, merged, schema, (), diff, create=False)
     except _Invalid as e:
@@ -480,7 +491,12 @@ def _apply(
     conflicts = {key: entry.fields & changed for key, entry in managed.items() if key != me}
     conflicts = {key: fields for key, fields in conflicts.items() if fields}
     if conflicts and not force:
-        raise _conflict_error(conflicts)
+        if manager == KUBECTL:
+            conflicts = _outside_last_applied(conflicts, live_obj, schema, api_version)
+        if conflicts:
+            raise _conflict_error(conflicts)
+        # only fields kubectl itself last applied client-side: take them over (lastAppliedManager)
+        conflicts = {key: entry.fields & changed for key, entry in managed.items() if key != me}
     for key, entry in managed.items():
         if key != me:
             entry.fields = entry.fields - conflicts.get(key, frozenset()) - removed
@@ -493,8 +509,57 @@ def _apply(
         result = _copy(merged)
         if me in managed:
             managed[me].time = now
+    if manager == KUBECTL:
+        _update_last_applied(result, applied)
     _set_managed_fields(result, managed)
     return result
+
+
+def _outside_last_applied(
+    conflicts: dict[_Manager, FieldSet], live: Obj, schema: SchemaNode | None, api_version: str
+) -> dict[_Manager, FieldSet]:
+    """``lastAppliedManager``: conflicts kubectl may ignore when moving from client-side apply.
+
+    Fields the live object still holds exactly as the ``last-applied-configuration`` annotation says
+    were kubectl's own; only conflicts outside them remain.
+    """
+    annotations = _meta_of(live).get("annotations")
+    text = annotations.get(LAST_APPLIED_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if not isinstance(text, str) or not text:
+        return conflicts
+    try:
+        last = json.loads(text)
+    except ValueError:
+        return conflicts
+    if not isinstance(last, dict) or last.get("apiVersion") != api_version:
+        return conflicts
+    try:
+        allowed = _to_set(last, schema, strict=True)
+        diff = _Diff()
+        _compare(last, _without_managed_fields(live), schema, (), diff, create=False)
+    except _Invalid:
+        return conflicts
+    allowed -= diff.modified | diff.added | diff.removed
+    remaining = {key: fields - allowed for key, fields in conflicts.items()}
+    return {key: fields for key, fields in remaining.items() if fields}
+
+
+def _update_last_applied(obj: Obj, applied: Obj) -> None:
+    """``lastAppliedUpdater``: keep an existing annotation in step so client-side apply still works."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(annotations, dict) or not annotations.get(LAST_APPLIED_ANNOTATION):
+        return
+    config = _copy(applied)
+    config_annotations = _meta_of(config).get("annotations")
+    if isinstance(config_annotations, dict):
+        config_annotations.pop(LAST_APPLIED_ANNOTATION, None)
+    annotations = dict(annotations)
+    annotations[LAST_APPLIED_ANNOTATION] = _go_json(config) + "\n"  # json.Encoder adds the newline
+    if sum(len(k) + len(v) for k, v in annotations.items() if isinstance(v, str)) > _ANNOTATIONS_SIZE_LIMIT:
+        del annotations[LAST_APPLIED_ANNOTATION]
+    assert isinstance(meta, dict)
+    meta["annotations"] = annotations
 
 
 def _describe(obj: Obj) -> str:

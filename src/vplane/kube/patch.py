@@ -58,11 +58,12 @@ _GENERIC_422: Final = "the server rejected our request due to an error in our re
 def apply_merge_patch(original: Any, patch: Any) -> Any:
     """RFC 7386 ``MergePatch(original, patch)``: objects merge, ``null`` deletes, anything else replaces.
 
-    Inputs are not modified. Upstream's library additionally drops ``null`` inside objects nested in
-    arrays; RFC 7386 (and this function) keeps array values verbatim, which keeps the patch idempotent.
+    The result shares nothing with the inputs (callers mutate it; the original may be a cached object).
+    Upstream's library additionally drops ``null`` inside objects nested in arrays; RFC 7386 (and this
+    function) keeps array values verbatim, which keeps the patch idempotent.
     """
     try:
-        return _merge_patch(original, patch)
+        return _merge_patch(_copy(original), patch)
     except RecursionError:
         raise _too_deep() from None
 
@@ -86,9 +87,10 @@ def apply_merge_patch_to_object(original: Obj, patch: Any) -> Obj:
 
 
 def _merge_patch(target: Any, patch: Any) -> Any:
+    """Merge into ``target``, which the caller owns; ``patch`` is only read."""
     if not isinstance(patch, dict):
         return _copy(patch)
-    doc: dict[str, Any] = dict(target) if isinstance(target, dict) else {}
+    doc: dict[str, Any] = target if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             doc.pop(key, None)
