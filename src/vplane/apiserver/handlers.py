@@ -415,7 +415,41 @@ class ResourceHandlers:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         add_warnings(resp, ctx)
-        await resp.prepare(request)
+        try:
+            await resp.prepare(request)
+            await self._send_events(
+                resp,
+                rtype,
+                fmt,
+                watcher,
+                initial,
+                initial_kvs,
+                replay,
+                start_rev,
+                snapshot_rev,
+                bookmarks,
+                timeout_seconds,
+                request,
+            )
+        except ConnectionResetError:
+            pass  # the client went away; its watcher is unregistered by the caller
+        return resp
+
+    async def _send_events(
+        self,
+        resp: web.StreamResponse,
+        rtype: ResourceType,
+        fmt: ResponseFormat,
+        watcher: Watcher,
+        initial: bool,
+        initial_kvs: list[KeyValue],
+        replay: list[Any] | None,
+        start_rev: int,
+        snapshot_rev: int,
+        bookmarks: bool,
+        timeout_seconds: int,
+        request: web.Request,
+    ) -> None:
         state = _TableState(self, rtype, fmt)
         if initial:
             for kv in initial_kvs:
@@ -441,7 +475,7 @@ class ResourceHandlers:
                             ).to_status(),
                         )
                     )
-                    return resp
+                    return
                 replay = [WatchEvent(e) for e in events]
             else:
                 replay = [WatchEvent(e) for e in replay]
@@ -482,7 +516,6 @@ class ResourceHandlers:
                 break  # overflowed: the client re-watches from its last revision
             last_rev = item.event.revision
             await resp.write(state.frame_event(item.type, item.event))
-        return resp
 
     @staticmethod
     def _wants_initial_end(request: web.Request) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import random
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,9 @@ from vplane.storage.interface import KeyExistsError, KeyNotFoundError, KeyValue,
 
 GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 GENERATE_NAME_LENGTH = 5
-MAX_UPDATE_RETRIES = 16
+MAX_UPDATE_RETRIES = 1000
+"""Compare-and-swap retries for one update. Upstream retries until the request's deadline; each lost race
+means another writer made progress, so the bound only matters under pathological contention."""
 
 FOREGROUND_FINALIZER = "foregroundDeletion"
 ORPHAN_FINALIZER = "orphan"
@@ -107,6 +108,11 @@ class ObjectStore:
         ]
 
     @staticmethod
+    def _to_storage_version(rtype: ResourceType, obj: Obj) -> None:
+        if rtype.is_custom and rtype.version != rtype.storage_version:
+            obj["apiVersion"] = f"{rtype.group}/{rtype.storage_version}"
+
+    @staticmethod
     def to_version(rtype: ResourceType, obj: Obj) -> Obj:
         """Custom resources are stored in one version and served in any (conversion strategy None)."""
         if rtype.is_custom and obj.get("apiVersion") != rtype.api_version:
@@ -115,7 +121,10 @@ class ObjectStore:
 
     # -- create ----------------------------------------------------------------------------------
 
-    async def create(self, ctx: RequestContext, rtype: ResourceType, namespace: str, obj: Obj) -> Obj:
+    async def create(
+        self, ctx: RequestContext, rtype: ResourceType, namespace: str, obj: Obj, *, applied: bool = False
+    ) -> Obj:
+        """Create ``obj``; ``applied`` means server-side apply already recorded its managed fields."""
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")
@@ -130,7 +139,7 @@ class ObjectStore:
         else:
             meta.pop("namespace", None)
         now = timeutil.rfc3339(self.clock())
-        meta["uid"] = str(uuid.uuid4())
+        meta["uid"] = new_uid()
         meta["creationTimestamp"] = now
         for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(field, None)
@@ -146,14 +155,16 @@ class ObjectStore:
         if generated:
             meta["name"] = self._generate_name(str(meta["generateName"]))
         self._validate(rtype, obj, None)
-        obj = self._manage(ctx, rtype, None, obj, "")
+        if not applied:
+            obj = self._manage(ctx, rtype, None, obj, "")
+        self._to_storage_version(rtype, obj)
         await self.admission.admit(
             AdmissionRequest(ctx, "CREATE", rtype, "", meta.get("namespace", ""), meta["name"], obj, None)
         )
         if ctx.dry_run:
             if self.get_kv(rtype, meta.get("namespace", ""), meta["name"]) is not None:
                 raise errors.already_exists(rtype.resource, meta["name"], rtype.group)
-            return obj
+            return self.to_version(rtype, obj)
         for attempt in range(8):
             try:
                 kv = await self.cache.create(
@@ -254,7 +265,7 @@ class ObjectStore:
             if kv is None:
                 if apply is not None and not subresource:
                     created = apply(None)
-                    return await self.create(ctx, rtype, namespace, created)
+                    return await self.create(ctx, rtype, namespace, created, applied=True)
                 raise errors.not_found(rtype.resource, name, rtype.group)
             old = self.to_version(rtype, codec.decode_kv(kv))
             if user_rv and user_rv != str(kv.mod_revision):
@@ -278,7 +289,9 @@ class ObjectStore:
                 and not self._needs_graceful(rtype, new)
             )
             if ctx.dry_run:
-                return new
+                new_meta["resourceVersion"] = str(kv.mod_revision)  # nothing was written: the live version
+                return self.to_version(rtype, new)
+            self._to_storage_version(rtype, new)
             try:
                 if finishing:
                     gone = await self.cache.delete(key, kv.mod_revision)
@@ -458,7 +471,7 @@ class ObjectStore:
         schema = rtype.crd_schema
         if schema is not None:
             structural.apply_defaults(obj, schema)
-            structural.prune(obj, schema)
+        self.schemas.prune(rtype, obj)
 
     def _validate(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
         meta = obj["metadata"]
@@ -558,6 +571,14 @@ class ObjectStore:
             raise errors.unsupported_media_type(patch_type, patch_types_for(rtype))
 
         return await self.guaranteed_update(ctx, rtype, namespace, name, mutate, subresource=subresource)
+
+
+def new_uid() -> str:
+    """A random (version 4) UUID. ``uuid.uuid4`` reads the OS entropy pool on every call; uids need
+    uniqueness, not secrecy, so the process PRNG is enough and much cheaper on the write path."""
+    value = (random.getrandbits(128) & ~(0xF000 << 64) | (0x4000 << 64)) & ~(0xC000 << 48) | (0x8000 << 48)
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def patch_types_for(rtype: ResourceType) -> tuple[str, ...]:

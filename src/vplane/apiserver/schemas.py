@@ -55,3 +55,14 @@ class SchemaSource:
         if schema is None:
             return []
         return structural.unknown_fields(obj, schema, components=builtin.schemas)
+
+    def prune(self, rtype: ResourceType, obj: Obj) -> None:
+        """Drop fields the kind does not have, as decoding into upstream's typed structs does."""
+        if rtype.is_custom:
+            if rtype.crd_schema is not None:
+                structural.prune(obj, rtype.crd_schema)
+            return
+        builtin = openapi.load_builtin()
+        schema = builtin.schemas.get(self.definition_name(rtype))
+        if schema is not None:
+            structural.prune(obj, schema, components=builtin.schemas)

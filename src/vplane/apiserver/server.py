@@ -130,6 +130,7 @@ class APIServer:
 
     async def stop(self) -> None:
         self.ready = False
+        self.hub.close_all()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -9,8 +9,16 @@ from collections.abc import Callable
 Clock = Callable[[], float]
 
 
+_last: tuple[int, str] = (-1, "")
+
+
 def rfc3339(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(int(ts), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Formatted once per second: every write stamps times, and formatting is not free."""
+    global _last
+    second = int(ts)
+    if _last[0] != second:
+        _last = (second, datetime.datetime.fromtimestamp(second, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return _last[1]
 
 
 def rfc3339_micro(ts: float) -> str:

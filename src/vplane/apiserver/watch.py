@@ -168,6 +168,12 @@ class WatchHub:
             if not bucket:
                 del self._buckets[bucket_of(watcher.prefix)]
 
+    def close_all(self) -> None:
+        """End every open watch stream (server shutdown): clients re-watch elsewhere or after restart."""
+        for watchers in self._buckets.values():
+            for watcher in watchers:
+                watcher.queue.put_nowait(CLOSE)
+
     def watcher_count(self) -> int:
         return sum(len(b) for b in self._buckets.values())
 

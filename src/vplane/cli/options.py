@@ -4,6 +4,7 @@ server until SIGINT or SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -57,4 +58,12 @@ def run_until_signalled(
         finally:
             await stop()
 
-    asyncio.run(main())
+    if os.environ.get("VPLANE_UVLOOP", "1") != "0":
+        try:
+            import uvloop  # optional speed-up
+        except ImportError:
+            asyncio.run(main())
+        else:
+            uvloop.run(main())
+    else:
+        asyncio.run(main())

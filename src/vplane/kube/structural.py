@@ -433,6 +433,25 @@ class _Node:
 
 _REF_PREFIXES = ("#/components/schemas/", "#/definitions/")
 
+_SHARED: dict[int, tuple[Components, _Ctx]] = {}
+
+
+def _context(components: Components | None) -> _Ctx:
+    """A node cache shared across calls for a long-lived components map (the built-in schemas).
+
+    Resolving a schema into a node costs more than walking a small object, so the server must not rebuild
+    the nodes on every request. A schema without components (a CRD version's) gets a fresh cache: CRDs
+    change at run time and their nodes must not outlive them.
+    """
+    if components is None:
+        return _Ctx(None)
+    hit = _SHARED.get(id(components))
+    if hit is not None and hit[0] is components:
+        return hit[1]
+    ctx = _Ctx(components)
+    _SHARED[id(components)] = (components, ctx)
+    return ctx
+
 
 class _Ctx:
     """Per-call schema cache; ``components`` resolves the ``$ref`` used by built-in kinds' schemas."""
@@ -1513,7 +1532,7 @@ def validate(
     status subresource against the status schema); messages keep the schema-relative name, as upstream does.
     Map entries read ``spec.m.key`` in kube-openapi errors but ``spec.m[key]`` in list-type errors, as upstream.
     """
-    ctx = _Ctx(components)
+    ctx = _context(components)
     result = _Validator(ctx).value(obj, schema, "")
     causes = [_to_cause(e, path) for e in result.errors]
     walker = _Walker(ctx)
@@ -1532,7 +1551,7 @@ def prune(
     could never accept are dropped too (not listed), as upstream does right after pruning. Paths come sorted:
     root metadata, then schema fields, then embedded metadata.
     """
-    pruner = _Pruner(_Ctx(components), mutate=True)
+    pruner = _Pruner(_context(components), mutate=True)
     _run_pruner(pruner, obj, schema, is_resource_root)
     pruner.prune_nulls(obj, schema)
     return ["." + p for p in _ordered(pruner)]
@@ -1542,7 +1561,7 @@ def unknown_fields(
     obj: Any, schema: Schema, *, components: Components | None = None, is_resource_root: bool = True
 ) -> list[str]:
     """Paths :func:`prune` would remove, without the leading dot (``spec.foo``), for strict decoding."""
-    pruner = _Pruner(_Ctx(components), mutate=False)
+    pruner = _Pruner(_context(components), mutate=False)
     _run_pruner(pruner, obj, schema, is_resource_root)
     return _ordered(pruner)
 
@@ -1558,7 +1577,7 @@ def apply_defaults(obj: Any, schema: Schema, *, components: Components | None = 
     map values that are non-nullable nulls get their schema's default. Defaults are pruned against their own
     schema first, as upstream prunes them when the CRD is stored. Defaulted values are defaulted further.
     """
-    ctx = _Ctx(components)
+    ctx = _context(components)
     _default(ctx, obj, schema, {})
 
 
