@@ -114,18 +114,6 @@ def widgets(shared_apiserver: APIServerProcess) -> str:
     return GROUP
 
 
-@pytest.fixture(scope="module")
-def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[APIServerProcess]:
-    """A server that keeps only a few revisions and compacts often."""
-    server = APIServerProcess(
-        tmp_path_factory.mktemp("pysmall") / "apiserver",
-        {"history_window": 5, "compact_interval_seconds": 0.2},
-    )
-    server.start()
-    yield server
-    server.stop()
-
-
 # -- M2: discovery ---------------------------------------------------------------------------------
 
 
@@ -299,8 +287,9 @@ def test_list_resource_version_match_not_older_than(api: client.ApiClient, names
     assert int(latest.metadata.resource_version) >= int(updated.metadata.resource_version)
 
 
-def test_stale_continue_token_after_compaction_is_410(small_server: APIServerProcess) -> None:
+def test_stale_continue_token_after_compaction_is_410(apiserver: APIServerProcess) -> None:
     """A continue token whose snapshot RV has been compacted answers 410 Expired (python client: ApiException)."""
+    small_server = apiserver.start(history_window=5, compact_interval_seconds=0.2)
     ns = "pg-" + os.urandom(3).hex()
     status, body = _json(small_server, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
     assert status == 201, body

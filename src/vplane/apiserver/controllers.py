@@ -217,9 +217,15 @@ class GarbageCollector:
                 self.queue.add(("dependent", key))
         elif key in self.owners_of:
             self._unindex(key)
-        if key in self.dependents:
-            if event.type == "DELETE" or b'"deletionTimestamp"' in event.kv.value:
+        value = event.kv.value
+        if event.type == "DELETE":
+            if key in self.dependents:
                 self.queue.add(("owner", key))
+        elif b'"deletionTimestamp"' in value and (
+            key in self.dependents or b'"foregroundDeletion"' in value or b'"orphan"' in value
+        ):
+            # Foreground and Orphan deletions wait on the collector even with no dependents left.
+            self.queue.add(("owner", key))
 
     async def _run(self) -> None:
         while True:
