@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import kr8s.asyncio
 import pytest
@@ -25,6 +27,8 @@ from lightkube.resources.core_v1 import ConfigMap
 from harness import APIServerProcess, Kubectl
 
 pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
 
 GROUP = "pyclients.example.com"
 CRD_NAME = f"widgets.{GROUP}"
@@ -390,89 +394,112 @@ def test_lightkube_generic_resource_for_crd(lk: Client, namespace: str, widgets:
     assert listed == [("g1", 1), ("g2", 2)]
 
 
-# -- kr8s ------------------------------------------------------------------------------------------
+# -- kr8s and kubernetes_asyncio ------------------------------------------------------------------
+#
+# These drive the async clients in plain tests: each scenario runs with asyncio.run in a worker thread, so
+# it owns its loop and closes its clients before that loop ends, and the main thread's loop is untouched.
 
 
-@pytest.fixture
-async def kr8s_api(shared_apiserver: APIServerProcess) -> AsyncIterator[Any]:
-    """A kr8s API object of this test's event loop; its HTTP session is closed afterwards."""
-    api = await kr8s.asyncio.api(kubeconfig=str(shared_apiserver.kubeconfig))
-    yield api
-    if api._session is not None:
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result(timeout=60)
+
+
+async def _kr8s_api(server: APIServerProcess) -> Any:
+    return await kr8s.asyncio.api(kubeconfig=str(server.kubeconfig))
+
+
+async def _kr8s_close(api: Any) -> None:
+    if api._session is not None:  # kr8s has no public close; its httpx client would outlive the loop
         await api._session.aclose()
 
 
-async def test_kr8s_widgets_get_list_create_patch(kr8s_api: Any, namespace: str, widgets: str) -> None:
-    """kr8s resolves a CRD kind through discovery, creates, lists with selectors and patches widgets."""
-    api = kr8s_api
-    Widget = kr8s.asyncio.objects.new_class(kind="Widget", version=f"{widgets}/v1", namespaced=True)
-    for name, color in (("k1", "red"), ("k2", "blue")):
-        w = await Widget(
-            {
-                "metadata": {"name": name, "namespace": namespace, "labels": {"color": color}},
-                "spec": {"size": 1},
-            },
-            api=api,
-        )
-        await w.create()
-    got = [w async for w in api.async_get(f"widgets.{widgets}", namespace=namespace)]
-    assert sorted(w.name for w in got) == ["k1", "k2"]
-    red = [
-        w
-        async for w in api.async_get(
-            f"widgets.{widgets}", namespace=namespace, label_selector={"color": "red"}
-        )
-    ]
-    assert [w.name for w in red] == ["k1"]
-    single = [w async for w in api.async_get(f"widgets.{widgets}", "k2", namespace=namespace)]
-    assert [w.name for w in single] == ["k2"]
-    k1 = red[0]
-    await k1.patch({"spec": {"size": 5}})
-    assert k1.spec["size"] == 5
-    await k1.patch([{"op": "replace", "path": "/spec/size", "value": 6}], type="json")
-    assert k1.spec["size"] == 6
-    await k1.refresh()
-    assert k1.spec["size"] == 6
-    await k1.delete()
-    remaining = [w.name async for w in api.async_get(f"widgets.{widgets}", namespace=namespace)]
-    assert remaining == ["k2"]
-
-
-async def test_kr8s_configmaps_by_short_name(
-    shared_apiserver: APIServerProcess, kr8s_api: Any, namespace: str
+def test_kr8s_widgets_get_list_create_patch(
+    shared_apiserver: APIServerProcess, namespace: str, widgets: str
 ) -> None:
+    """kr8s resolves a CRD kind through discovery, creates, lists with selectors and patches widgets."""
+
+    async def scenario() -> None:
+        api = await _kr8s_api(shared_apiserver)
+        try:
+            Widget = kr8s.asyncio.objects.new_class(kind="Widget", version=f"{widgets}/v1", namespaced=True)
+            for name, color in (("k1", "red"), ("k2", "blue")):
+                w = await Widget(
+                    {
+                        "metadata": {"name": name, "namespace": namespace, "labels": {"color": color}},
+                        "spec": {"size": 1},
+                    },
+                    api=api,
+                )
+                await w.create()
+            got = [w async for w in api.async_get(f"widgets.{widgets}", namespace=namespace)]
+            assert sorted(w.name for w in got) == ["k1", "k2"]
+            red = [
+                w
+                async for w in api.async_get(
+                    f"widgets.{widgets}", namespace=namespace, label_selector={"color": "red"}
+                )
+            ]
+            assert [w.name for w in red] == ["k1"]
+            single = [w async for w in api.async_get(f"widgets.{widgets}", "k2", namespace=namespace)]
+            assert [w.name for w in single] == ["k2"]
+            k1 = red[0]
+            await k1.patch({"spec": {"size": 5}})
+            assert k1.spec["size"] == 5
+            await k1.patch([{"op": "replace", "path": "/spec/size", "value": 6}], type="json")
+            assert k1.spec["size"] == 6
+            await k1.refresh()
+            assert k1.spec["size"] == 6
+            await k1.delete()
+            remaining = [w.name async for w in api.async_get(f"widgets.{widgets}", namespace=namespace)]
+            assert remaining == ["k2"]
+        finally:
+            await _kr8s_close(api)
+
+    run_async(scenario())
+
+
+def test_kr8s_configmaps_by_short_name(shared_apiserver: APIServerProcess, namespace: str) -> None:
     """kr8s lists ConfigMaps by short name and field selector."""
     make_cm(shared_apiserver, namespace, "s1", {"a": "1"})
     make_cm(shared_apiserver, namespace, "s2", {"a": "2"})
-    api = kr8s_api
-    found = [
-        cm.name async for cm in api.async_get("cm", namespace=namespace, field_selector="metadata.name=s2")
-    ]
-    assert found == ["s2"]
+
+    async def scenario() -> list[str]:
+        api = await _kr8s_api(shared_apiserver)
+        try:
+            return [
+                cm.name
+                async for cm in api.async_get("cm", namespace=namespace, field_selector="metadata.name=s2")
+            ]
+        finally:
+            await _kr8s_close(api)
+
+    assert run_async(scenario()) == ["s2"]
 
 
-# -- kubernetes_asyncio ----------------------------------------------------------------------------
-
-
-async def test_kubernetes_asyncio_watch(shared_apiserver: APIServerProcess, namespace: str) -> None:
+def test_kubernetes_asyncio_watch(shared_apiserver: APIServerProcess, namespace: str) -> None:
     """kubernetes_asyncio's Watch streams typed ADDED/MODIFIED/DELETED events from a list RV."""
-    api_client = await aconfig.new_client_from_config(config_file=str(shared_apiserver.kubeconfig))
-    async with api_client:
-        v1 = aclient.CoreV1Api(api_client)
-        await v1.create_namespaced_config_map(namespace, {"metadata": {"name": "aw"}, "data": {"a": "1"}})
-        listed = await v1.list_namespaced_config_map(namespace)
-        assert [i.metadata.name for i in listed.items] == ["aw"]
-        rv = listed.metadata.resource_version
-        await v1.patch_namespaced_config_map("aw", namespace, {"data": {"a": "2"}})
-        await v1.create_namespaced_config_map(namespace, {"metadata": {"name": "aw2"}, "data": {}})
-        await v1.delete_namespaced_config_map("aw", namespace)
-        seen = []
-        w = awatch.Watch()
-        async with w.stream(
-            v1.list_namespaced_config_map, namespace, resource_version=rv, timeout_seconds=5
-        ) as stream:
-            async for event in stream:
-                seen.append((event["type"], event["object"].metadata.name))
-                if len(seen) == 3:
-                    w.stop()
-        assert seen == [("MODIFIED", "aw"), ("ADDED", "aw2"), ("DELETED", "aw")]
+
+    async def scenario() -> list[tuple[str, str]]:
+        api_client = await aconfig.new_client_from_config(config_file=str(shared_apiserver.kubeconfig))
+        async with api_client:
+            v1 = aclient.CoreV1Api(api_client)
+            await v1.create_namespaced_config_map(namespace, {"metadata": {"name": "aw"}, "data": {"a": "1"}})
+            listed = await v1.list_namespaced_config_map(namespace)
+            assert [i.metadata.name for i in listed.items] == ["aw"]
+            rv = listed.metadata.resource_version
+            await v1.patch_namespaced_config_map("aw", namespace, {"data": {"a": "2"}})
+            await v1.create_namespaced_config_map(namespace, {"metadata": {"name": "aw2"}, "data": {}})
+            await v1.delete_namespaced_config_map("aw", namespace)
+            seen = []
+            w = awatch.Watch()
+            async with w.stream(
+                v1.list_namespaced_config_map, namespace, resource_version=rv, timeout_seconds=5
+            ) as stream:
+                async for event in stream:
+                    seen.append((event["type"], event["object"].metadata.name))
+                    if len(seen) == 3:
+                        w.stop()
+            return seen
+
+    assert run_async(scenario()) == [("MODIFIED", "aw"), ("ADDED", "aw2"), ("DELETED", "aw")]

@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import queue
+import signal
 import subprocess
 import threading
 import time
@@ -658,3 +659,18 @@ def test_concurrent_writers_and_watchers_lose_nothing(
         for rv, _name, n in writes:
             if rv > start:
                 assert values[rv] == str(n)
+
+
+def test_open_watches_end_when_the_server_stops(apiserver: APIServerProcess) -> None:
+    """SIGTERM ends open watch streams with a clean end of body, and the process exits 0 (no kill needed)."""
+    apiserver.start()
+    ns = make_namespace(apiserver)
+    put_cm(apiserver, ns, "a", {"k": "1"})
+    connected = open_stream(apiserver, watch_path(ns))
+    assert next_event(connected) is not None
+    abandoned = open_stream(apiserver, watch_path(ns))  # a client that went away without reading
+    abandoned.close()
+    assert apiserver.proc is not None
+    apiserver.proc.send_signal(signal.SIGTERM)
+    assert rest_of_stream(connected) == []
+    assert apiserver.proc.wait(timeout=15) == 0

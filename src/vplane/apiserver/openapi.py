@@ -10,6 +10,7 @@ kubectl's disk cache refreshes when a CRD changes.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -43,6 +44,8 @@ class OpenAPI:
     def __init__(self, registry: Registry, schemas: SchemaSource) -> None:
         self.registry = registry
         self.schemas = schemas
+        self.external: Callable[[], dict[str, tuple[bytes, str]]] = dict
+        """Documents of aggregated group/versions, keyed like the root's paths (``apis/<g>/<v>``)."""
         self._docs: dict[str, tuple[bytes, str]] = {}
         self._generation = -1
 
@@ -71,6 +74,8 @@ class OpenAPI:
 
     def root(self) -> bytes:
         paths: dict[str, Any] = {}
+        for key, (_body, digest) in self.external().items():
+            paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest}"}
         for group, versions in self.registry.group_versions().items():
             for version in versions:
                 doc = self.document(group, version)
@@ -86,7 +91,9 @@ class OpenAPI:
             if parts[1] == "api" and len(parts) == 3:
                 found = self.document("", parts[2])
             elif parts[1] == "apis" and len(parts) == 4:
-                found = self.document(parts[2], parts[3])
+                found = self.external().get(f"apis/{parts[2]}/{parts[3]}") or self.document(
+                    parts[2], parts[3]
+                )
             else:
                 found = None
             if found is not None:

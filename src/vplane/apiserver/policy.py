@@ -184,3 +184,46 @@ def cluster_role_bindings() -> list[Obj]:
 
 def namespaces() -> list[Obj]:
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in SYSTEM_NAMESPACES]
+
+
+def extension_authentication(client_ca: str, requestheader_ca: str, allowed_names: list[str]) -> list[Obj]:
+    """``kube-system/extension-apiserver-authentication`` and the role that lets extension servers read it.
+
+    Extension API servers (anything behind an APIService) read it to learn which client CA to trust and
+    which front-proxy certificate may assert ``X-Remote-*`` identities.
+    """
+    import json
+
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+            "data": {
+                "client-ca-file": client_ca,
+                "requestheader-client-ca-file": requestheader_ca,
+                "requestheader-allowed-names": json.dumps(allowed_names),
+                "requestheader-username-headers": '["X-Remote-User"]',
+                "requestheader-uid-headers": '["X-Remote-Uid"]',
+                "requestheader-group-headers": '["X-Remote-Group"]',
+                "requestheader-extra-headers-prefix": '["X-Remote-Extra-"]',
+            },
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {
+                "name": "extension-apiserver-authentication-reader",
+                "namespace": "kube-system",
+                "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+            },
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": ["extension-apiserver-authentication"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        },
+    ]

@@ -21,9 +21,11 @@ from aiohttp import web
 
 from vplane.apiserver import authn, builtin, codec, discovery, policy, requestinfo, timeutil
 from vplane.apiserver.admission import Admission, NamespaceLifecycle
+from vplane.apiserver.aggregation import Aggregator
 from vplane.apiserver.authz import Attributes, RBACAuthorizer, RBACIndex, forbidden_reason
 from vplane.apiserver.context import SYSTEM, RequestContext, UserInfo
 from vplane.apiserver.controllers import CRDController, GarbageCollector, NamespaceController
+from vplane.apiserver.delegation import Delegate, Kubeconfig
 from vplane.apiserver.handlers import ResourceHandlers, json_response
 from vplane.apiserver.objects import ObjectStore
 from vplane.apiserver.openapi import OpenAPI
@@ -37,12 +39,13 @@ from vplane.kube.objects import Obj
 from vplane.storage.cache import Cache
 from vplane.storage.interface import Store
 from vplane.storage.sqlite import SQLiteStore
-from vplane.support import tls
+from vplane.support import requestheader, tls
 
 log = structlog.get_logger("vplane.apiserver")
 
 PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version", "/version/"})
 Route = Callable[[web.Request, RequestContext], Awaitable[web.StreamResponse]]
+Interceptor = Callable[[web.Request, RequestContext], Awaitable[web.StreamResponse | None]]
 
 
 class APIServer:
@@ -77,17 +80,27 @@ class APIServer:
         self.gc = GarbageCollector(self)
         self.extra_routes: dict[str, Route] = {}
         """Non-resource paths served by add-ons (exact path, or a prefix ending in ``/``)."""
-        self.resource_interceptors: list[
-            Callable[[web.Request, RequestContext], Awaitable[web.StreamResponse | None]]
-        ] = []
+        self.resource_interceptors: list[Interceptor] = []
         """Hooks that may answer a resource request before the local registry (API aggregation)."""
+        self.nonresource_interceptors: list[Interceptor] = []
+        """The same for non-resource paths (aggregated discovery documents)."""
+        self.delegate: Delegate | None = (
+            Delegate(Kubeconfig.load(settings.delegate_kubeconfig)) if settings.delegate_kubeconfig else None
+        )
+        if self.delegate is not None:
+            self.token_authenticators.append(self.delegate)
         self.admission.add(NamespaceLifecycle(self.namespaces))
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.ca: tls.CertPair | None = None
+        self.front_proxy_ca: tls.CertPair | None = None
+        self.front_proxy_client_files: tuple[Path, Path] = (Path(), Path())
+        self.requestheader = requestheader.RequestHeaderConfig(())
+        self.requestheader_ca_pem = b""
         self.port = settings.listen_port
         self.ready = False
         self._pending_writes = 0
+        self.aggregator = Aggregator(self)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -103,6 +116,7 @@ class APIServer:
         self.hub.on_event.append(self._on_event)
         self._load_rbac()
         self.crds.load_existing()
+        self.aggregator.load()
         await self._bootstrap()
         app = web.Application(client_max_size=self.settings.max_body_bytes + 1024)
         app.router.add_route("*", "/{tail:.*}", self.handle)
@@ -125,6 +139,7 @@ class APIServer:
         self._tasks.append(asyncio.create_task(self._compactor()))
         self._tasks.extend(self.gc.start())
         self._tasks.extend(self.namespaces.start())
+        self._tasks.append(asyncio.create_task(self.aggregator.run()))
         self.ready = True
         log.info("API server listening", url=self.url, kubeconfig=str(self.kubeconfig_path))
 
@@ -138,6 +153,9 @@ class APIServer:
                 await task
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.aggregator.close()
+        if self.delegate is not None:
+            await self.delegate.close()
         await self.store.close()
 
     @property
@@ -153,19 +171,32 @@ class APIServer:
 
     def _tls(self) -> ssl.SSLContext:
         pki = self.data_dir / "pki"
-        ca_crt, ca_key = pki / "ca.crt", pki / "ca.key"
-        if ca_crt.exists():
-            self.ca = tls.CertPair.read(ca_crt, ca_key)
-        else:
-            self.ca = tls.make_ca("vplane-ca")
-            self.ca.write(ca_crt, ca_key)
+        self.ca = _load_or_make_ca(pki / "ca.crt", pki / "ca.key", "vplane-ca")
+        self.front_proxy_ca = _load_or_make_ca(
+            pki / "front-proxy-ca.crt", pki / "front-proxy-ca.key", "vplane-front-proxy-ca"
+        )
+        fp_crt, fp_key = pki / "front-proxy-client.crt", pki / "front-proxy-client.key"
+        if not fp_crt.exists():
+            tls.issue_client(self.front_proxy_ca, "front-proxy-client").write(fp_crt, fp_key)
+        self.front_proxy_client_files = (fp_crt, fp_key)
         srv_crt, srv_key = pki / "serving.crt", pki / "serving.key"
         names_file = pki / "serving.names"
         names = ",".join(self.settings.server_names)
         if not srv_crt.exists() or not names_file.exists() or names_file.read_text() != names:
             tls.issue_serving(self.ca, self.settings.server_names).write(srv_crt, srv_key)
             names_file.write_text(names)
-        return tls.server_context(tls.CertPair.read(srv_crt, srv_key), srv_crt, srv_key, self.ca.cert_pem)
+        requestheader_ca = (
+            self.settings.requestheader_client_ca_file.read_bytes()
+            if self.settings.requestheader_client_ca_file is not None
+            else self.front_proxy_ca.cert_pem
+        )
+        self.requestheader = requestheader.RequestHeaderConfig(
+            tls.ssl_subject(requestheader_ca), tuple(self.settings.requestheader_allowed_names)
+        )
+        self.requestheader_ca_pem = requestheader_ca
+        ctx = tls.server_context(tls.CertPair.read(srv_crt, srv_key), srv_crt, srv_key, self.ca.cert_pem)
+        ctx.load_verify_locations(cadata=requestheader_ca.decode())
+        return ctx
 
     def _write_kubeconfig(self, token: str) -> None:
         assert self.ca is not None
@@ -173,13 +204,26 @@ class APIServer:
 
     async def _bootstrap(self) -> None:
         ctx = self.system_context()
-        for obj in policy.namespaces() + policy.cluster_roles() + policy.cluster_role_bindings():
+        assert self.ca is not None
+        objects = policy.namespaces() + policy.cluster_roles() + policy.cluster_role_bindings()
+        objects += policy.extension_authentication(
+            self.ca.cert_pem.decode(),
+            self.requestheader_ca_pem.decode(),
+            self.settings.requestheader_allowed_names,
+        )
+        for obj in objects:
             group, _, version = obj["apiVersion"].rpartition("/")
             rtype = self.registry.for_kind(group, version, obj["kind"])
             assert rtype is not None
-            if self.objects.get_kv(rtype, "", obj["metadata"]["name"]) is None:
-                with contextlib.suppress(errors.StatusError):
-                    await self.objects.create(ctx, rtype, "", obj)
+            namespace = obj["metadata"].get("namespace", "")
+            current = self.objects.get(rtype, namespace, obj["metadata"]["name"])
+            with contextlib.suppress(errors.StatusError):
+                if current is None:
+                    await self.objects.create(ctx, rtype, namespace, obj)
+                elif "data" in obj and current.get("data") != obj["data"]:
+                    await self.objects.guaranteed_update(
+                        ctx, rtype, namespace, obj["metadata"]["name"], _replace_data(obj["data"])
+                    )
 
     async def _compactor(self) -> None:
         while True:
@@ -256,8 +300,12 @@ class APIServer:
             list_meta=list_meta,
         )
 
-    def authorize(self, attrs: Attributes) -> bool:
-        return self.authorizer.authorize(attrs).allowed
+    async def authorize(self, attrs: Attributes) -> bool:
+        if self.authorizer.authorize(attrs).allowed:
+            return True
+        if self.delegate is not None:
+            return await self.delegate.authorize(attrs)
+        return False
 
     # -- request handling ------------------------------------------------------------------------
 
@@ -275,6 +323,13 @@ class APIServer:
     async def authenticate(self, request: web.Request) -> UserInfo | None:
         transport = request.transport
         peercert = transport.get_extra_info("peercert") if transport is not None else None
+        if requestheader.is_proxy_certificate(peercert, self.requestheader):
+            remote = requestheader.identity_from_headers(
+                request.headers, {k: request.headers.getall(k) for k in set(request.headers.keys())}
+            )
+            if remote is not None:
+                return UserInfo(remote.user, remote.uid, remote.groups, remote.extra)
+            peercert = None  # a proxy certificate is no identity of its own
         identity = tls.subject_identity(peercert)
         if identity is not None:
             user, groups = identity
@@ -301,7 +356,7 @@ class APIServer:
             user = ANONYMOUS
         query = request.query
         info = requestinfo.parse(request.method, path, query.get("watch", "").lower() in ("true", "1"))
-        user = self._impersonate(request, user)
+        user = await self._impersonate(request, user)
         ctx = RequestContext(user, info, user_agent=request.headers.get("User-Agent", ""))
         if request.method in ("POST", "PUT", "PATCH", "DELETE"):
             self._write_options(request, ctx)
@@ -317,11 +372,15 @@ class APIServer:
             info.name,
             path,
         )
-        if not self.authorize(attrs):
+        if not await self.authorize(attrs):
             if info.is_resource:
                 raise errors.forbidden(info.resource, info.group, info.name, forbidden_reason(attrs))
             raise errors.StatusError(403, "Forbidden", f"forbidden: {forbidden_reason(attrs)}", details={})
         if not info.is_resource:
+            for interceptor in self.nonresource_interceptors:
+                answered = await interceptor(request, ctx)
+                if answered is not None:
+                    return answered
             return await self._nonresource(request, ctx, path)
         for interceptor in self.resource_interceptors:
             answered = await interceptor(request, ctx)
@@ -346,7 +405,7 @@ class APIServer:
             )
         ctx.field_validation = validation or "Warn"
 
-    def _impersonate(self, request: web.Request, user: UserInfo) -> UserInfo:
+    async def _impersonate(self, request: web.Request, user: UserInfo) -> UserInfo:
         headers = request.headers
         groups = headers.getall("Impersonate-Group", [])
         extras: dict[str, list[str]] = {}
@@ -366,7 +425,7 @@ class APIServer:
         for resource, name, group in checks:
             res, _, sub = resource.partition("/")
             attrs = Attributes(user, "impersonate", True, "", group, "", res, sub, name)
-            if not self.authorize(attrs):
+            if not await self.authorize(attrs):
                 raise errors.forbidden(res, group, name, forbidden_reason(attrs))
         return UserInfo(
             imp.user,
@@ -508,6 +567,22 @@ class APIServer:
             finally:
                 self._pending_writes -= 1
         raise errors.method_not_allowed()
+
+
+def _replace_data(data: Obj) -> Callable[[Obj], Obj]:
+    def mutate(current: Obj) -> Obj:
+        current["data"] = data
+        return current
+
+    return mutate
+
+
+def _load_or_make_ca(cert: Path, key: Path, prefix: str) -> tls.CertPair:
+    if cert.exists():
+        return tls.CertPair.read(cert, key)
+    pair = tls.make_ca(tls.unique_ca_name(prefix))
+    pair.write(cert, key)
+    return pair
 
 
 def status_response(exc: errors.StatusError) -> web.Response:

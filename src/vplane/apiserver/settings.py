@@ -33,4 +33,11 @@ class APIServerSettings(BaseModel):
     write_queue_limit: int = 2000
     """Writes in flight beyond this get 429 with Retry-After."""
     kubernetes_version: str = "v1.35.3"
+    requestheader_client_ca_file: Path | None = None
+    """CA of the front proxy whose ``X-Remote-*`` headers are trusted (default: this server's own)."""
+    requestheader_allowed_names: list[str] = Field(default_factory=lambda: ["front-proxy-client"])
+    delegate_kubeconfig: Path | None = None
+    """Run as an extension server: authenticate tokens and authorize requests through this server too."""
+    apiservice_probe_interval_seconds: float = 30.0
+    """How often aggregated backends' discovery is checked for the ``Available`` condition."""
     admin_user: str = "admin"

@@ -180,3 +180,29 @@ def subject_identity(peercert: dict[str, object] | None) -> tuple[str, list[str]
             elif name == "organizationName":
                 groups.append(str(value))
     return (user, groups) if user else None
+
+
+_SSL_NAMES = {
+    NameOID.COMMON_NAME: "commonName",
+    NameOID.ORGANIZATION_NAME: "organizationName",
+    NameOID.ORGANIZATIONAL_UNIT_NAME: "organizationalUnitName",
+    NameOID.COUNTRY_NAME: "countryName",
+    NameOID.STATE_OR_PROVINCE_NAME: "stateOrProvinceName",
+    NameOID.LOCALITY_NAME: "localityName",
+}
+
+
+def ssl_subject(cert_pem: bytes) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """A certificate's subject in the shape ``ssl.getpeercert()`` reports names (to compare issuers)."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    return tuple(
+        tuple((_SSL_NAMES.get(attr.oid, attr.oid.dotted_string), str(attr.value)) for attr in rdn)
+        for rdn in cert.subject.rdns
+    )
+
+
+def unique_ca_name(prefix: str) -> str:
+    """CA names with a random suffix, so issuers of different servers never look alike."""
+    import secrets
+
+    return f"{prefix}-{secrets.token_hex(4)}"

@@ -1,0 +1,468 @@
+"""API aggregation: APIService routing, identity forwarding, availability and discovery merge.
+
+A request for ``/apis/<group>/<version>/...`` whose APIService names a Service is proxied to that
+Service's endpoint after this server has authenticated and authorized it. The backend sees the caller
+in ``X-Remote-*`` headers and trusts them because the request arrives with the front-proxy client
+certificate (kube-aggregator's requestheader scheme). A controller probes each backend's discovery
+(``GET /apis/<g>/<v>``, 5 s timeout) and keeps the ``Available`` condition; while a backend is not
+available, requests for it get 503 with upstream's plain-text ``service unavailable`` body.
+
+Service resolution has no Service network to rely on: ``ExternalName`` Services resolve to their name
+(``localhost`` for the resource proxy), other Services to their Endpoints' first address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import ssl
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+import structlog
+from aiohttp import web
+
+from vplane.apiserver import codec, timeutil
+from vplane.apiserver.context import RequestContext
+from vplane.apiserver.discovery import ExternalGroup
+from vplane.apiserver.watch import WatchEvent
+from vplane.kube import errors
+from vplane.kube.objects import Obj
+from vplane.support import requestheader
+
+if TYPE_CHECKING:
+    from vplane.apiserver.server import APIServer
+
+log = structlog.get_logger("vplane.apiserver.aggregation")
+
+DISCOVERY_TIMEOUT_SECONDS = 5.0
+APISERVICE_PREFIX = "/apiregistration.k8s.io/apiservices/"
+AGGREGATED_ACCEPT = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+
+
+@dataclass
+class Backend:
+    name: str
+    group: str
+    version: str
+    spec: Obj
+    available: bool = False
+    reason: str = ""
+    message: str = ""
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    stale: bool = True
+    openapi: tuple[bytes, str] | None = None
+    """The backend's OpenAPI v3 document for this group/version and its hash, when it serves one."""
+    session: aiohttp.ClientSession | None = None
+
+    @property
+    def local(self) -> bool:
+        return not self.spec.get("service")
+
+
+class Aggregator:
+    def __init__(self, server: APIServer) -> None:
+        self.server = server
+        self.backends: dict[tuple[str, str], Backend] = {}
+        self.probe_interval = server.settings.apiservice_probe_interval_seconds
+        self.discovery_timeout = DISCOVERY_TIMEOUT_SECONDS
+        self._wake = asyncio.Event()
+        self._closing: set[asyncio.Task[None]] = set()
+        server.resource_interceptors.append(self.intercept)
+        server.nonresource_interceptors.append(self.intercept)
+        server.discovery.external = self.external_groups
+        server.openapi.external = self.openapi_documents
+        server.hub.on_event.append(self.on_event)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        for kv in self.server.cache.iter_prefix(APISERVICE_PREFIX):
+            self._put(codec.decode_kv(kv))
+
+    def _put(self, obj: Obj) -> None:
+        spec = obj.get("spec") or {}
+        group, version = str(spec.get("group", "")), str(spec.get("version", ""))
+        key = (group, version)
+        old = self.backends.get(key)
+        backend = Backend(obj["metadata"]["name"], group, version, spec)
+        if old is not None and old.spec == spec:
+            backend.available, backend.reason, backend.message = old.available, old.reason, old.message
+            backend.resources, backend.stale, backend.session = old.resources, old.stale, old.session
+            backend.openapi = old.openapi
+        elif old is not None and old.session is not None:
+            self._close_later(old.session)
+        self.backends[key] = backend
+        self._wake.set()
+
+    def on_event(self, wevent: WatchEvent) -> None:
+        if not wevent.event.kv.key.startswith(APISERVICE_PREFIX):
+            return
+        obj = wevent.obj()
+        if wevent.event.type == "DELETE":
+            spec = obj.get("spec") or {}
+            backend = self.backends.pop((str(spec.get("group", "")), str(spec.get("version", ""))), None)
+            if backend is not None and backend.session is not None:
+                self._close_later(backend.session)
+            self.server.registry.generation += 1  # discovery must drop the group
+            return
+        before = self.backends.get(
+            (str((obj.get("spec") or {}).get("group", "")), str((obj.get("spec") or {}).get("version", "")))
+        )
+        self._put(obj)
+        if before is None or before.spec != obj.get("spec"):
+            self.server.registry.generation += 1
+
+    def _close_later(self, session: aiohttp.ClientSession) -> None:
+        task = asyncio.get_running_loop().create_task(session.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def external_groups(self) -> list[ExternalGroup]:
+        groups: dict[str, ExternalGroup] = {}
+        for backend in sorted(
+            self.backends.values(), key=lambda b: (-int(b.spec.get("versionPriority") or 0), b.version)
+        ):
+            if backend.local:
+                continue
+            entry = groups.setdefault(
+                backend.group,
+                ExternalGroup(backend.group, [], int(backend.spec.get("groupPriorityMinimum") or 0)),
+            )
+            if backend.version not in entry.versions:
+                entry.versions.append(backend.version)
+            entry.resources[backend.version] = backend.resources
+            entry.stale[backend.version] = backend.stale
+        return list(groups.values())
+
+    # -- proxying --------------------------------------------------------------------------------
+
+    def _backend_for(self, path: str) -> Backend | None:
+        parts = path.split("/")
+        if len(parts) < 4 or parts[1] != "apis":
+            return None
+        backend = self.backends.get((parts[2], parts[3]))
+        if backend is None or backend.local:
+            return None
+        return backend
+
+    async def intercept(self, request: web.Request, ctx: RequestContext) -> web.StreamResponse | None:
+        backend = self._backend_for(request.path)
+        if backend is None:
+            return None
+        if not backend.available:
+            return web.Response(status=503, text="service unavailable\n")
+        if request.headers.get("Upgrade") or "upgrade" in request.headers.get("Connection", "").lower():
+            raise errors.StatusError(
+                501, "NotImplemented", "the aggregator does not proxy connection upgrades yet"
+            )
+        try:
+            url = self.resolve(backend)
+        except errors.StatusError:
+            return web.Response(status=503, text="service unavailable\n")
+        return await self._proxy(request, ctx, backend, url)
+
+    async def _proxy(
+        self, request: web.Request, ctx: RequestContext, backend: Backend, base: str
+    ) -> web.StreamResponse:
+        session = self._session(backend)
+        headers = requestheader.strip_identity_headers(request.headers.items())
+        user = ctx.user
+        headers += requestheader.forwarding_headers(user.name, user.uid, user.groups, user.extra)
+        body = await request.read() if request.can_read_body else None
+        url = base + request.rel_url.path_qs
+        try:
+            upstream = await session.request(
+                request.method,
+                url,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                server_hostname=self._server_name(backend),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.discovery_timeout),
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.info("aggregated backend unreachable", apiservice=backend.name, error=str(exc))
+            return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
+        async with upstream:
+            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for name, value in upstream.headers.items():
+                if name.lower() not in requestheader.HOP_BY_HOP:
+                    resp.headers.add(name, value)
+            if (
+                upstream.headers.get("Transfer-Encoding", "").lower() == "chunked"
+                or upstream.content_length is None
+            ):
+                resp.enable_chunked_encoding()
+            else:
+                resp.content_length = upstream.content_length
+            await resp.prepare(request)
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
+                async for chunk in upstream.content.iter_any():
+                    await resp.write(chunk)
+            with contextlib.suppress(ConnectionResetError):
+                await resp.write_eof()
+            return resp
+
+    def resolve(self, backend: Backend) -> str:
+        """The backend's base URL from its Service (ExternalName) or the Service's Endpoints."""
+        svc_ref = backend.spec.get("service") or {}
+        namespace, name = str(svc_ref.get("namespace", "")), str(svc_ref.get("name", ""))
+        port = int(svc_ref.get("port") or 443)
+        services = self.server.registry.get("", "v1", "services")
+        assert services is not None
+        service = self.server.objects.get(services, namespace, name)
+        if service is None:
+            raise errors.service_unavailable(f'service/{name} in "{namespace}" is not present')
+        spec = service.get("spec") or {}
+        if spec.get("type") == "ExternalName":
+            host = str(spec.get("externalName", ""))
+            return f"https://{_host(host)}:{port}"
+        target_port: Any = port
+        port_name = ""
+        for sp in spec.get("ports") or []:
+            if sp.get("port") == port:
+                target_port = sp.get("targetPort", port)
+                port_name = sp.get("name", "")
+        endpoints_type = self.server.registry.get("", "v1", "endpoints")
+        assert endpoints_type is not None
+        endpoints = self.server.objects.get(endpoints_type, namespace, name)
+        for subset in (endpoints or {}).get("subsets") or []:
+            addresses = subset.get("addresses") or []
+            for ep_port in subset.get("ports") or []:
+                if addresses and (
+                    ep_port.get("name", "") == port_name
+                    or isinstance(target_port, int)
+                    and ep_port.get("port") == target_port
+                ):
+                    return f"https://{_host(addresses[0].get('ip') or addresses[0].get('hostname'))}:{ep_port['port']}"
+        raise errors.service_unavailable(f'missing endpoints for service/{name} in "{namespace}"')
+
+    def _ssl(self, backend: Backend) -> ssl.SSLContext | bool:
+        spec = backend.spec
+        ctx = ssl.create_default_context()
+        if spec.get("insecureSkipTLSVerify"):
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif spec.get("caBundle"):
+            ctx = ssl.create_default_context(cadata=base64.b64decode(spec["caBundle"]).decode())
+        cert, key = self.server.front_proxy_client_files
+        ctx.load_cert_chain(cert, key)
+        return ctx
+
+    def _session(self, backend: Backend) -> aiohttp.ClientSession:
+        if backend.session is None or backend.session.closed:
+            ssl_ctx = self._ssl(backend)
+            connector = aiohttp.TCPConnector(ssl=ssl_ctx, limit=0)
+            backend.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        return backend.session
+
+    @staticmethod
+    def _server_name(backend: Backend) -> str | None:
+        """TLS name checked against a caBundle: ``<service>.<namespace>.svc``, as kube-aggregator does."""
+        if backend.spec.get("insecureSkipTLSVerify"):
+            return None
+        svc = backend.spec.get("service") or {}
+        return f"{svc.get('name', '')}.{svc.get('namespace', '')}.svc"
+
+    # -- availability ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            for backend in list(self.backends.values()):
+                try:
+                    await self._check(backend)
+                except Exception:
+                    log.exception("availability check failed", apiservice=backend.name)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.probe_interval)
+
+    async def _check(self, backend: Backend) -> None:
+        if backend.local:
+            await self._set_condition(backend, True, "Local", "Local APIServices are always available")
+            return
+        try:
+            url = self.resolve(backend)
+        except errors.StatusError as exc:
+            reason = "ServiceNotFound" if "not present" in exc.message else "MissingEndpoints"
+            await self._set_condition(backend, False, reason, exc.message)
+            return
+        path = f"/apis/{backend.group}/{backend.version}"
+        session = self._session(backend)
+        headers = requestheader.forwarding_headers("system:kube-aggregator", "", ("system:masters",), {})
+        try:
+            async with session.get(
+                url + path,
+                headers=headers + [("Accept", "application/json")],
+                server_hostname=self._server_name(backend),
+                timeout=aiohttp.ClientTimeout(total=self.discovery_timeout),
+            ) as resp:
+                body = await resp.read()
+                if resp.status // 100 != 2:
+                    raise _DiscoveryError(
+                        f"failing or missing response from {url}{path}: bad status from {url}{path}: {resp.status}"
+                    )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            backend.stale = True
+            await self._set_condition(
+                backend,
+                False,
+                "FailedDiscoveryCheck",
+                f"failing or missing response from {url}{path}: {_describe(exc)}",
+            )
+            return
+        except _DiscoveryError as exc:
+            backend.stale = True
+            await self._set_condition(backend, False, "FailedDiscoveryCheck", str(exc))
+            return
+        backend.resources = _aggregated_resources(backend.group, backend.version, body)
+        backend.stale = False
+        backend.openapi = await self._fetch_openapi(backend, session, url, headers)
+        await self._set_condition(backend, True, "Passed", "all checks passed")
+
+    async def _fetch_openapi(
+        self, backend: Backend, session: aiohttp.ClientSession, url: str, headers: list[tuple[str, str]]
+    ) -> tuple[bytes, str] | None:
+        """The backend's OpenAPI v3 document for its group/version, so kubectl can validate through us."""
+        key = f"apis/{backend.group}/{backend.version}"
+        timeout = aiohttp.ClientTimeout(total=self.discovery_timeout)
+        try:
+            async with session.get(
+                url + "/openapi/v3",
+                headers=headers,
+                timeout=timeout,
+                server_hostname=self._server_name(backend),
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                root = orjson.loads(await resp.read())
+            relative = ((root.get("paths") or {}).get(key) or {}).get("serverRelativeURL")
+            if not relative:
+                return None
+            async with session.get(
+                url + relative, headers=headers, timeout=timeout, server_hostname=self._server_name(backend)
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                body = await resp.read()
+        except (aiohttp.ClientError, OSError, TimeoutError, orjson.JSONDecodeError, AttributeError):
+            return None
+        import hashlib
+
+        digest = hashlib.sha512(body).hexdigest().upper()
+        if backend.openapi is None or backend.openapi[1] != digest:
+            self.server.registry.generation += 1
+        return body, digest
+
+    def openapi_documents(self) -> dict[str, tuple[bytes, str]]:
+        return {
+            f"apis/{b.group}/{b.version}": b.openapi
+            for b in self.backends.values()
+            if b.openapi is not None and b.available and not b.local
+        }
+
+    async def _set_condition(self, backend: Backend, available: bool, reason: str, message: str) -> None:
+        changed = (backend.available, backend.reason, backend.message) != (available, reason, message)
+        backend.available, backend.reason, backend.message = available, reason, message
+        if not changed and backend.local:
+            return
+        rtype = self.server.registry.get("apiregistration.k8s.io", "v1", "apiservices")
+        assert rtype is not None
+        status = "True" if available else "False"
+
+        def mutate(obj: Obj) -> Obj:
+            conditions = [
+                c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != "Available"
+            ]
+            current = next(
+                (
+                    c
+                    for c in (obj.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "Available"
+                ),
+                None,
+            )
+            since = (
+                current["lastTransitionTime"]
+                if current and current.get("status") == status
+                else timeutil.rfc3339(self.server.clock())
+            )
+            conditions.append(
+                {
+                    "type": "Available",
+                    "status": status,
+                    "lastTransitionTime": since,
+                    "reason": reason,
+                    "message": message,
+                }
+            )
+            obj["status"] = {"conditions": conditions}
+            return obj
+
+        if changed:
+            self.server.registry.generation += 1
+        with contextlib.suppress(errors.StatusError):
+            await self.server.objects.guaranteed_update(
+                self.server.system_context(), rtype, "", backend.name, mutate, subresource="status"
+            )
+
+    async def close(self) -> None:
+        for backend in self.backends.values():
+            if backend.session is not None:
+                await backend.session.close()
+
+
+class _DiscoveryError(Exception):
+    pass
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _aggregated_resources(group: str, version: str, body: bytes) -> list[dict[str, Any]]:
+    """Convert a legacy APIResourceList into aggregated-discovery resources (upstream does the same)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return []
+    out: dict[str, dict[str, Any]] = {}
+    for res in doc.get("resources") or []:
+        name = str(res.get("name", ""))
+        if "/" in name:
+            parent, sub = name.split("/", 1)
+            entry = out.get(parent)
+            if entry is not None:
+                entry.setdefault("subresources", []).append(
+                    {
+                        "subresource": sub,
+                        "responseKind": {
+                            "group": res.get("group", group),
+                            "version": res.get("version", version),
+                            "kind": res.get("kind", ""),
+                        },
+                        "verbs": res.get("verbs") or [],
+                    }
+                )
+            continue
+        out[name] = {
+            "resource": name,
+            "responseKind": {"group": group, "version": version, "kind": res.get("kind", "")},
+            "scope": "Namespaced" if res.get("namespaced") else "Cluster",
+            "singularResource": res.get("singularName", ""),
+            "verbs": res.get("verbs") or [],
+        }
+        if res.get("shortNames"):
+            out[name]["shortNames"] = res["shortNames"]
+        if res.get("categories"):
+            out[name]["categories"] = res["categories"]
+    return list(out.values())

@@ -1,0 +1,706 @@
+"""The coordinator: the platform's side of the mesh, as a library the platform mounts on its aiohttp app.
+
+It registers nodes (access key checked by the platform's ``authenticate``), keeps the node registry
+(online, ``lastSeen``, direct endpoints, owning coordinator instance), computes each node's peers with
+the platform's visibility policy and pushes them as netmaps, and relays streams between sessions (the
+DERP analogue). The relay is ``frames.Relay``: it never queues more for a stream than the receiving
+side granted, and each session has its own writer, so a slow node stalls only the streams to it, never
+the coordinator's reading of other sessions.
+
+What it does not do: relay between coordinator instances (Tailscale's DERP ``--mesh-with``); in HA each
+node's streams reach only nodes on the same coordinator instance. The registry is in memory; the
+platform persists what it needs (NetworkPeer status) from ``on_change`` and ``nodes()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+import orjson
+import structlog
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from vplane.mesh import frames
+from vplane.mesh.frames import Frame, FrameType, ProtocolError, Relay
+from vplane.mesh.session import PROBE_PATH, SESSION_PATH, split_endpoint
+from vplane.mesh.settings import CONTROL_PLANE_LOG_ENV, MeshSettings, verbose
+
+log = structlog.get_logger("vplane.mesh.coordinator")
+
+NO_AUTH_KEY = "no auth key provided"
+"""Spec §10.3: the platform's answer to a registration without a key."""
+
+# Frames that may overtake queued stream data: credit and session housekeeping. Stream frames keep their
+# order (OPEN_OK before DATA before CLOSE).
+_PRIORITY = frozenset({FrameType.WINDOW_UPDATE, FrameType.HEARTBEAT, FrameType.NETMAP, FrameType.REGISTERED})
+
+
+class AuthenticationError(Exception):
+    """Raised by ``authenticate``: the key is refused and the node should stop trying. The message goes
+    to the node verbatim. Any other exception means "cannot tell now" and the node retries."""
+
+
+def invalid_access_key(reason: str) -> AuthenticationError:
+    """``invalid access key: <reason>``; reasons the platform uses: ``not found`` (deleted or unknown),
+    ``disabled``, ``expired``."""
+    return AuthenticationError(f"invalid access key: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    """What the platform knows about the holder of an access key."""
+
+    name: str
+    """e.g. ``loft:vcluster:p-default:tenant-a`` or ``loft:cluster:edge-1``."""
+    kind: str = ""
+    """e.g. ``vcluster`` or ``agent``."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Set by the platform (tenant, project, ...); a node's own labels never override these."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    id: str
+    name: str
+    identity: str
+    kind: str
+    labels: Mapping[str, str]
+    endpoints: tuple[str, ...]
+    online: bool
+    last_seen: float
+    """Wall-clock seconds (``time.time()``) of the last frame from the node."""
+    connected_at: float | None
+    coordinator_id: str
+    """The coordinator instance that owns (or last owned) the node's session."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    type: Literal["online", "updated", "offline", "removed"]
+    node: NodeInfo
+
+
+VisibilityPolicy = Callable[[NodeInfo, Sequence[NodeInfo]], Iterable[NodeInfo]]
+"""``(node, online nodes) -> the nodes it may see and dial``; the node itself is dropped from the answer.
+Called for every online node on every change, so keep it cheap."""
+ChangeCallback = Callable[[NodeChange], Awaitable[None] | None]
+
+
+def all_peers(node: NodeInfo, candidates: Sequence[NodeInfo]) -> Iterable[NodeInfo]:
+    """Everyone sees everyone (a single-tenant mesh, tests)."""
+    return candidates
+
+
+def same_label(key: str) -> VisibilityPolicy:
+    """Nodes see the nodes that carry the same value of label ``key`` (e.g. a project)."""
+
+    def policy(node: NodeInfo, candidates: Sequence[NodeInfo]) -> Iterable[NodeInfo]:
+        value = node.labels.get(key)
+        if value is None:
+            return ()
+        return [c for c in candidates if c.labels.get(key) == value]
+
+    return policy
+
+
+def node_id_for(identity: str, hostname: str) -> str:
+    """Stable across reconnects and DNS-label safe, so it can be a URL host over the mesh."""
+    digest = hashlib.sha256(f"{identity}\x00{hostname}".encode()).hexdigest()
+    return "n" + digest[:20]
+
+
+class _Record:
+    __slots__ = (
+        "id",
+        "name",
+        "identity",
+        "kind",
+        "labels",
+        "endpoints",
+        "last_seen",
+        "offline_since",
+        "connected_at",
+        "coordinator_id",
+        "session",
+        "_info",
+        "_wire",
+    )
+
+    def __init__(self, node_id: str, name: str, identity: NodeIdentity, coordinator_id: str) -> None:
+        self.id = node_id
+        self.name = name
+        self.identity = identity.name
+        self.kind = identity.kind
+        self.labels: Mapping[str, str] = MappingProxyType({})
+        self.endpoints: tuple[str, ...] = ()
+        self.last_seen = 0.0
+        self.offline_since = 0.0
+        self.connected_at: float | None = None
+        self.coordinator_id = coordinator_id
+        self.session: _Session | None = None
+        self._info: NodeInfo | None = None
+        self._wire: bytes | None = None
+
+    def changed(self) -> None:
+        self._info = None
+        self._wire = None
+
+    def info(self) -> NodeInfo:
+        if self._info is None or self._info.last_seen != self.last_seen:
+            self._info = NodeInfo(
+                id=self.id,
+                name=self.name,
+                identity=self.identity,
+                kind=self.kind,
+                labels=self.labels,
+                endpoints=self.endpoints,
+                online=self.session is not None,
+                last_seen=self.last_seen,
+                connected_at=self.connected_at,
+                coordinator_id=self.coordinator_id,
+            )
+        return self._info
+
+    def wire(self) -> bytes:
+        """This node as a netmap entry (no online flag or lastSeen: only real changes cause pushes)."""
+        if self._wire is None:
+            self._wire = orjson.dumps(
+                {
+                    "id": self.id,
+                    "name": self.name,
+                    "identity": self.identity,
+                    "kind": self.kind,
+                    "labels": dict(self.labels),
+                    "endpoints": list(self.endpoints),
+                }
+            )
+        return self._wire
+
+
+class _Session:
+    """One node's WebSocket: two outgoing queues (credit and housekeeping first) and one writer."""
+
+    __slots__ = (
+        "ws",
+        "record",
+        "priority",
+        "ordered",
+        "wake",
+        "last_heard",
+        "visible",
+        "netmap_body",
+        "netmap_seq",
+        "closed",
+        "batch_bytes",
+    )
+
+    def __init__(self, ws: web.WebSocketResponse, record: _Record, now: float, batch_bytes: int) -> None:
+        self.ws = ws
+        self.record = record
+        self.priority: deque[bytes] = deque()
+        self.ordered: deque[bytes] = deque()
+        self.wake = asyncio.Event()
+        self.last_heard = now
+        self.visible: frozenset[str] = frozenset()
+        self.netmap_body: bytes | None = None
+        self.netmap_seq = 0
+        self.closed = False
+        self.batch_bytes = batch_bytes
+
+    def send(self, raw: bytes) -> None:
+        if self.closed:
+            return
+        (self.priority if raw[0] in _PRIORITY else self.ordered).append(raw)
+        self.wake.set()
+
+    async def writer(self) -> None:
+        ws, priority, ordered = self.ws, self.priority, self.ordered
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            while priority or ordered:
+                parts: list[bytes] = []
+                size = 0
+                while priority:
+                    part = priority.popleft()
+                    parts.append(part)
+                    size += len(part)
+                while ordered and size < self.batch_bytes:
+                    part = ordered.popleft()
+                    parts.append(part)
+                    size += len(part)
+                await ws.send_bytes(b"".join(parts))
+
+
+class Coordinator:
+    """Registration, netmaps and the relay. Mount with ``setup(app)`` (or add the two handlers and call
+    ``start``/``close`` yourself)."""
+
+    def __init__(
+        self,
+        authenticate: Callable[[str], Awaitable[NodeIdentity]],
+        on_change: ChangeCallback | None = None,
+        *,
+        visible_peers: VisibilityPolicy = all_peers,
+        settings: MeshSettings | None = None,
+        instance_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._authenticate = authenticate
+        self._on_change = on_change
+        self._policy = visible_peers
+        self.settings = settings or MeshSettings()
+        self.instance_id = instance_id or uuid.uuid4().hex[:12]
+        self._clock = clock
+        self._wall = wall_clock
+        self.verbose = verbose(self.settings, CONTROL_PLANE_LOG_ENV, environ)
+        self._records: dict[str, _Record] = {}
+        self._sessions: set[_Session] = set()
+        self._relay: Relay[_Session] = Relay(max_streams_per_session=self.settings.max_streams_per_session)
+        self._netmap_pending = False
+        self._sweeper: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._closing = False
+
+    # -- mounting -----------------------------------------------------------------------------------
+
+    def setup(self, app: web.Application) -> None:
+        app.router.add_get(SESSION_PATH, self.handle_session)
+        app.router.add_get(PROBE_PATH, self.handle_probe)
+
+        async def on_startup(_: web.Application) -> None:
+            await self.start()
+
+        async def on_shutdown(_: web.Application) -> None:
+            await self.close()
+
+        app.on_startup.append(on_startup)
+        app.on_shutdown.append(on_shutdown)
+
+    async def start(self) -> None:
+        self._closing = False
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep(), name="mesh-coordinator-sweeper")
+
+    async def close(self) -> None:
+        """Close every session (nodes reconnect, to this or another instance) and stop the sweeper."""
+        self._closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        sessions = list(self._sessions)
+        for session in sessions:
+            self._unregister(session, "coordinator shutting down")
+        await asyncio.gather(
+            *(self._close_ws(s.ws, WSCloseCode.GOING_AWAY, "coordinator shutting down") for s in sessions),
+            return_exceptions=True,
+        )
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+    # -- the registry -------------------------------------------------------------------------------
+
+    def nodes(self) -> list[NodeInfo]:
+        return [r.info() for r in self._records.values()]
+
+    def node(self, node_id: str) -> NodeInfo | None:
+        record = self._records.get(node_id)
+        return record.info() if record is not None else None
+
+    @property
+    def relayed_streams(self) -> int:
+        return len(self._relay)
+
+    def refresh(self) -> None:
+        """Recompute every netmap, e.g. after the inputs of the visibility policy changed."""
+        self._schedule_netmaps()
+
+    def disconnect(self, predicate: Callable[[NodeInfo], bool], reason: str) -> int:
+        """Refuse the sessions of matching nodes with a final ``unauthorized`` error (e.g. their access key
+        was deleted); returns how many were closed."""
+        closing = [s for s in self._sessions if predicate(s.record.info())]
+        for session in closing:
+            self._unregister(session, reason)
+            self._spawn(self._refuse(session.ws, "unauthorized", reason))
+        return len(closing)
+
+    # -- HTTP handlers ------------------------------------------------------------------------------
+
+    async def handle_probe(self, request: web.Request) -> web.Response:
+        """``GET /derp/probe``: agents check the platform is reachable before they start (spec §10.3)."""
+        return web.Response(text="ok")
+
+    async def handle_session(self, request: web.Request) -> web.WebSocketResponse:
+        s = self.settings
+        if self._sweeper is None and not self._closing:
+            await self.start()
+        ws = web.WebSocketResponse(
+            autoping=True,
+            heartbeat=None,
+            compress=False,
+            max_msg_size=s.max_message_bytes,
+            timeout=s.close_grace_seconds,
+        )
+        await ws.prepare(request)
+        if self._closing:
+            await self._close_ws(ws, WSCloseCode.GOING_AWAY, "coordinator shutting down")
+            return ws
+        session = await self._handshake(ws, request)
+        if session is None:
+            return ws
+        writer = asyncio.create_task(session.writer(), name=f"mesh-session-writer-{session.record.id}")
+        writer.add_done_callback(lambda t: self._writer_done(t, session))
+        try:
+            await self._serve(session)
+        except ProtocolError as exc:
+            log.warning("mesh session protocol error", node=session.record.id, error=str(exc))
+        finally:
+            self._unregister(session, "session closed")
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+            await self._close_ws(ws, WSCloseCode.GOING_AWAY, "session closed")
+        return ws
+
+    async def _reject(self, ws: web.WebSocketResponse, code: str, message: str, **fields: Any) -> None:
+        log.warning("mesh registration rejected", code=code, error=message, **fields)
+        await self._refuse(ws, code, message)
+
+    async def _refuse(self, ws: web.WebSocketResponse, code: str, message: str) -> None:
+        """Send ERROR and close; the node gives up on ``unauthorized`` and ``invalid``."""
+        with contextlib.suppress(Exception):
+            await ws.send_bytes(frames.encode(frames.control(FrameType.ERROR, {"code": code, "message": message})))
+        await self._close_ws(ws, WSCloseCode.POLICY_VIOLATION, message)
+
+    async def _handshake(self, ws: web.WebSocketResponse, request: web.Request) -> _Session | None:
+        s = self.settings
+        remote = request.remote
+        try:
+            async with asyncio.timeout(s.hello_timeout_seconds):
+                msg = await ws.receive()
+        except TimeoutError:
+            await self._reject(ws, "timeout", "no HELLO within the hello timeout", remote=remote)
+            return None
+        if msg.type != WSMsgType.BINARY:
+            await self._close_ws(ws, WSCloseCode.PROTOCOL_ERROR, "expected HELLO")
+            return None
+        try:
+            received = frames.decode_message(msg.data, s.max_frame_bytes, s.max_control_frame_bytes)
+            if len(received) != 1 or received[0].type is not FrameType.HELLO:
+                raise ProtocolError("the first message must be exactly one HELLO frame")
+            body = received[0].json()
+            hostname, labels, endpoints = _hello_fields(body)
+        except ProtocolError as exc:
+            await self._reject(ws, "invalid", str(exc), remote=remote)
+            return None
+        key = body.get("key")
+        if not isinstance(key, str) or not key:
+            await self._reject(ws, "unauthorized", NO_AUTH_KEY, remote=remote, hostname=hostname)
+            return None
+        try:
+            identity = await self._authenticate(key)
+        except AuthenticationError as exc:
+            await self._reject(ws, "unauthorized", str(exc), remote=remote, hostname=hostname)
+            return None
+        except Exception as exc:
+            log.exception("mesh authentication failed", remote=remote)
+            await self._reject(ws, "unavailable", f"cannot verify the access key now: {exc}", remote=remote)
+            return None
+        if self._closing or ws.closed:
+            return None
+        return self._register(ws, identity, hostname, labels, endpoints, remote)
+
+    def _register(
+        self,
+        ws: web.WebSocketResponse,
+        identity: NodeIdentity,
+        hostname: str,
+        labels: dict[str, str],
+        endpoints: tuple[str, ...],
+        remote: str | None,
+    ) -> _Session:
+        node_id = node_id_for(identity.name, hostname)
+        now, wall = self._clock(), self._wall()
+        record = self._records.get(node_id)
+        if record is None:
+            record = _Record(node_id, hostname, identity, self.instance_id)
+            self._records[node_id] = record
+        previous = record.session
+        if previous is not None:
+            # Newest wins (DERP's duplicate-client rule): the old one is usually a dead path not yet noticed.
+            log.warning("mesh node registered again; closing its older session", node=node_id)
+            self._unregister(previous, "replaced by a newer session", notify=False)
+            self._spawn(self._close_ws(previous.ws, WSCloseCode.POLICY_VIOLATION, "replaced by a newer session"))
+        record.identity = identity.name
+        record.kind = identity.kind
+        record.labels = MappingProxyType({**labels, **identity.labels})
+        record.endpoints = endpoints
+        record.coordinator_id = self.instance_id
+        record.last_seen = wall
+        record.connected_at = wall
+        session = _Session(ws, record, now, 4 * self.settings.max_frame_bytes)
+        record.session = session
+        record.changed()
+        self._sessions.add(session)
+        session.send(
+            frames.encode(
+                frames.control(
+                    FrameType.REGISTERED,
+                    {
+                        "node_id": node_id,
+                        "coordinator_id": self.instance_id,
+                        "version": frames.PROTOCOL_VERSION,
+                    },
+                )
+            )
+        )
+        log.info(
+            "mesh node online",
+            node=node_id,
+            name=hostname,
+            identity=identity.name,
+            endpoints=list(endpoints),
+            remote=remote,
+        )
+        self._notify("online", record)
+        self._schedule_netmaps()
+        return session
+
+    def _unregister(self, session: _Session, reason: str, *, notify: bool = True) -> None:
+        if session.closed:
+            return
+        session.closed = True
+        session.priority.clear()
+        session.ordered.clear()
+        session.wake.set()
+        self._sessions.discard(session)
+        self._route(self._relay.drop(session, "peer session closed"))
+        record = session.record
+        if record.session is session:
+            record.session = None
+            record.last_seen = self._wall()
+            record.offline_since = self._clock()
+            record.changed()
+            log.info("mesh node offline", node=record.id, reason=reason)
+            if notify:
+                self._notify("offline", record)
+            self._schedule_netmaps()
+
+    # -- serving a session --------------------------------------------------------------------------
+
+    async def _serve(self, session: _Session) -> None:
+        s = self.settings
+        ws = session.ws
+        record = session.record
+        while True:
+            msg = await ws.receive()
+            if msg.type != WSMsgType.BINARY:
+                if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                    return
+                raise ProtocolError(f"unexpected {msg.type.name} message")
+            if session.closed:
+                return
+            session.last_heard = self._clock()
+            record.last_seen = self._wall()
+            for frame in frames.decode_message(msg.data, s.max_frame_bytes, s.max_control_frame_bytes):
+                if self.verbose:
+                    log.info(
+                        "mesh frame",
+                        node=record.id,
+                        type=frame.type.name,
+                        stream=frame.stream_id,
+                        bytes=len(frame.payload),
+                    )
+                self._dispatch(session, frame)
+
+    def _dispatch(self, session: _Session, frame: Frame) -> None:
+        ftype = frame.type
+        if ftype is FrameType.HEARTBEAT:
+            session.send(frames.encode(Frame(FrameType.HEARTBEAT)))
+        elif ftype is FrameType.OPEN:
+            self._open(session, frame)
+        elif ftype is FrameType.ENDPOINTS:
+            _, _, endpoints = _hello_fields({"hostname": session.record.name, **frame.json()})
+            record = session.record
+            if endpoints != record.endpoints:
+                record.endpoints = endpoints
+                record.changed()
+                log.info("mesh node endpoints changed", node=record.id, endpoints=list(endpoints))
+                self._notify("updated", record)
+                self._schedule_netmaps()
+        elif ftype in frames.SESSION_FRAMES:
+            raise ProtocolError(f"unexpected {ftype.name} from a node")
+        else:
+            self._route(self._relay.receive(session, frame))
+
+    def _open(self, session: _Session, frame: Frame) -> None:
+        body = frame.json()
+        target = body.get("target")
+        window = body.get("window")
+        if not isinstance(window, int) or isinstance(window, bool) or not 0 <= window <= frames.MAX_WINDOW:
+            raise ProtocolError("OPEN without a valid window")
+        if frame.stream_id % 2 == 0:
+            raise ProtocolError(f"OPEN with even stream id {frame.stream_id}; nodes use odd ids")
+        record = self._records.get(target) if isinstance(target, str) else None
+        # Unknown and not-visible look the same to the opener: the policy is not to be probed.
+        if record is None or target not in session.visible:
+            routes = Relay.refuse(session, frame.stream_id, f"unknown peer {target}")
+        elif record.session is None:
+            routes = Relay.refuse(session, frame.stream_id, f"peer {target} is offline")
+        else:
+            source = session.record
+            announce = {
+                "source": source.id,
+                "peer": {
+                    "name": source.name,
+                    "identity": source.identity,
+                    "kind": source.kind,
+                    "labels": dict(source.labels),
+                },
+            }
+            routes = self._relay.open(session, frame.stream_id, window, record.session, announce)
+            if self.verbose:
+                log.info("mesh relay open", source=source.id, target=target, stream=frame.stream_id)
+        self._route(routes)
+
+    def _route(self, routes: list[frames.Route]) -> None:
+        for target, raw in routes:
+            target.send(raw)
+
+    def _writer_done(self, task: asyncio.Task[None], session: _Session) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and not session.closed:
+            # The node cannot be written to: treat it as gone, and let the handler's read end.
+            log.info("mesh session write failed", node=session.record.id, error=repr(exc))
+            self._unregister(session, "write failed")
+            self._spawn(self._close_ws(session.ws, WSCloseCode.GOING_AWAY, "write failed"))
+
+    # -- netmaps ------------------------------------------------------------------------------------
+
+    def _schedule_netmaps(self) -> None:
+        if self._netmap_pending or self._closing:
+            return
+        self._netmap_pending = True
+        loop = asyncio.get_running_loop()
+        delay = self.settings.netmap_coalesce_seconds
+        if delay > 0:
+            loop.call_later(delay, self._push_netmaps)
+        else:
+            loop.call_soon(self._push_netmaps)
+
+    def _push_netmaps(self) -> None:
+        self._netmap_pending = False
+        online = [r for r in self._records.values() if r.session is not None]
+        infos = [r.info() for r in online]
+        by_id = {r.id: r for r in online}
+        pushed = 0
+        for record, info in zip(online, infos, strict=True):
+            session = record.session
+            assert session is not None
+            try:
+                visible = [v for v in self._policy(info, infos) if v.id != info.id and v.id in by_id]
+            except Exception:
+                log.exception("mesh visibility policy failed", node=info.id)
+                continue
+            body = b",".join(by_id[v.id].wire() for v in visible)
+            if body == session.netmap_body:
+                continue
+            session.netmap_body = body
+            session.visible = frozenset(v.id for v in visible)
+            session.netmap_seq += 1
+            payload = b'{"seq":%d,"peers":[%b]}' % (session.netmap_seq, body)
+            session.send(frames.encode(Frame(FrameType.NETMAP, 0, payload)))
+            pushed += 1
+        if self.verbose:
+            log.info("mesh netmaps pushed", nodes=len(online), pushed=pushed)
+
+    # -- housekeeping -------------------------------------------------------------------------------
+
+    async def _sweep(self) -> None:
+        s = self.settings
+        period = max(0.01, s.offline_timeout_seconds / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = self._clock()
+            for session in list(self._sessions):
+                silent = now - session.last_heard
+                if silent > s.offline_timeout_seconds:
+                    log.warning(
+                        "mesh node silent past the offline timeout; closing its session",
+                        node=session.record.id,
+                        silent=round(silent, 3),
+                    )
+                    self._unregister(session, "heartbeat timeout")
+                    self._spawn(self._close_ws(session.ws, WSCloseCode.GOING_AWAY, "heartbeat timeout"))
+            for node_id, record in list(self._records.items()):
+                if record.session is None and now - record.offline_since > s.gc_after_seconds:
+                    del self._records[node_id]
+                    log.info("mesh node forgotten after being offline", node=node_id)
+                    self._notify("removed", record)
+
+    def _notify(self, change: Literal["online", "updated", "offline", "removed"], record: _Record) -> None:
+        if self._on_change is None:
+            return
+        try:
+            result = self._on_change(NodeChange(change, record.info()))
+        except Exception:
+            log.exception("mesh on_change callback failed", node=record.id)
+            return
+        if inspect.isawaitable(result):
+            self._spawn(result)
+
+    def _spawn(self, awaitable: Awaitable[Any]) -> None:
+        async def run() -> None:
+            try:
+                await awaitable
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("mesh coordinator background task failed")
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _close_ws(self, ws: web.WebSocketResponse, code: int, message: str) -> None:
+        if ws.closed:
+            return
+        with contextlib.suppress(Exception):
+            await ws.close(code=code, message=message.encode()[:120])
+
+
+def _hello_fields(body: Mapping[str, Any]) -> tuple[str, dict[str, str], tuple[str, ...]]:
+    hostname = body.get("hostname")
+    if not isinstance(hostname, str) or not hostname or len(hostname) > 253:
+        raise ProtocolError("HELLO without a valid hostname")
+    raw_labels = body.get("labels", {})
+    if not isinstance(raw_labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw_labels.items()
+    ):
+        raise ProtocolError("labels must map strings to strings")
+    raw_endpoints = body.get("endpoints", [])
+    if not isinstance(raw_endpoints, list) or not all(isinstance(e, str) for e in raw_endpoints):
+        raise ProtocolError("endpoints must be a list of host:port strings")
+    for endpoint in raw_endpoints:
+        try:
+            split_endpoint(endpoint)
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+    return hostname, dict(raw_labels), tuple(raw_endpoints)
