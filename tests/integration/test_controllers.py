@@ -50,7 +50,9 @@ async def kube(shared_apiserver: APIServerProcess) -> AsyncIterator[KubeClient]:
 class Replica:
     """One elector with a connection of its own, as a separate replica would have."""
 
-    def __init__(self, server: APIServerProcess, namespace: str, identity: str, settings: LeaderElectionSettings):
+    def __init__(
+        self, server: APIServerProcess, namespace: str, identity: str, settings: LeaderElectionSettings
+    ):
         self.client = KubeClient.from_kubeconfig(server.kubeconfig)
         self.leaders: list[str] = []
         self.working = False
@@ -79,7 +81,9 @@ class Replica:
 
 
 async def _elect(server: APIServerProcess, namespace: str, settings: LeaderElectionSettings) -> list[Replica]:
-    replicas = [Replica(server, namespace, f"replica-{i}-external-vcluster-controller", settings) for i in (1, 2)]
+    replicas = [
+        Replica(server, namespace, f"replica-{i}-external-vcluster-controller", settings) for i in (1, 2)
+    ]
     await eventually(lambda: any(r.elector.is_leader for r in replicas), "a leader is elected")
     return replicas
 
@@ -116,7 +120,9 @@ async def test_two_electors_one_leader_then_graceful_handover(
         released = (await kube.get(LEASES, "vcluster-demo-controller", namespace=namespace))["spec"]
         assert (released["holderIdentity"], released["leaseDurationSeconds"]) == ("", 1)
 
-        await eventually(lambda: follower.elector.is_leader, "the follower takes over", timeout=SHORT.lease_duration)
+        await eventually(
+            lambda: follower.elector.is_leader, "the follower takes over", timeout=SHORT.lease_duration
+        )
         assert follower.working
         spec = (await kube.get(LEASES, "vcluster-demo-controller", namespace=namespace))["spec"]
         assert spec["holderIdentity"] == follower.elector.identity
@@ -140,7 +146,9 @@ async def test_a_crashed_leader_is_replaced_after_the_lease_expires(
         assert spec["holderIdentity"] == leader.elector.identity  # not released
         assert not follower.elector.is_leader
         bound = settings.lease_duration + settings.retry_period * (1 + settings.jitter_factor) + 1
-        await eventually(lambda: follower.elector.is_leader, "the follower takes over after expiry", timeout=bound)
+        await eventually(
+            lambda: follower.elector.is_leader, "the follower takes over after expiry", timeout=bound
+        )
         spec = (await kube.get(LEASES, "vcluster-demo-controller", namespace=namespace))["spec"]
         assert (spec["holderIdentity"], spec["leaseTransitions"]) == (follower.elector.identity, 1)
     finally:
@@ -155,7 +163,9 @@ class Recorder:
         self.events: list[tuple[str, str, Any]] = []
         informer.add_handlers(
             on_add=lambda o: self.events.append(("add", o["metadata"]["name"], o.get("data"))),
-            on_update=lambda old, new: self.events.append(("update", new["metadata"]["name"], new.get("data"))),
+            on_update=lambda old, new: self.events.append(
+                ("update", new["metadata"]["name"], new.get("data"))
+            ),
             on_delete=lambda o: self.events.append(("delete", o["metadata"]["name"], None)),
         )
 
@@ -179,7 +189,11 @@ async def test_informer_sees_add_update_delete(namespace: str, kube: KubeClient)
         await kube.patch(CONFIGMAPS, "a", {"data": {"v": "2"}}, namespace=namespace)
         await kube.delete(CONFIGMAPS, "a", namespace=namespace)
         await eventually(recorder.saw(("delete", "a", None)), "the delete event")
-        assert recorder.events[1:] == [("add", "a", {"v": "1"}), ("update", "a", {"v": "2"}), ("delete", "a", None)]
+        assert recorder.events[1:] == [
+            ("add", "a", {"v": "1"}),
+            ("update", "a", {"v": "2"}),
+            ("delete", "a", None),
+        ]
         assert informer.keys() == [f"{namespace}/pre"]
         assert informer.list_count == 1
         late = Recorder(informer)  # a handler added after sync hears about the cached objects
@@ -210,7 +224,9 @@ async def _compacted(server: APIServerProcess, revision: str) -> None:
     query = urllib.parse.urlencode({"resourceVersion": revision, "resourceVersionMatch": "Exact"})
 
     async def status() -> int:
-        code, _, _ = await asyncio.to_thread(server.request, "GET", f"/api/v1/namespaces/inf/configmaps?{query}")
+        code, _, _ = await asyncio.to_thread(
+            server.request, "GET", f"/api/v1/namespaces/inf/configmaps?{query}"
+        )
         return code
 
     async with asyncio.timeout(10):
@@ -309,7 +325,9 @@ async def test_reconciler_processes_keys_and_retries_failures(namespace: str, ku
             raise RuntimeError("transient failure")
         if (obj["metadata"].get("annotations") or {}).get("reconciled") != "yes":
             name = obj["metadata"]["name"]
-            await kube.patch(CONFIGMAPS, name, {"metadata": {"annotations": {"reconciled": "yes"}}}, namespace=namespace)
+            await kube.patch(
+                CONFIGMAPS, name, {"metadata": {"annotations": {"reconciled": "yes"}}}, namespace=namespace
+            )
 
     controller = Controller(
         "annotate", informer, reconcile, workers=2, queue_settings=WorkQueueSettings(backoff_base=0.05)
@@ -322,7 +340,9 @@ async def test_reconciler_processes_keys_and_retries_failures(namespace: str, ku
 
         def all_reconciled() -> bool:
             objs = [informer.get(f"{namespace}/{n}") for n in ("x", "y", "flaky")]
-            return all(o is not None and (o["metadata"].get("annotations") or {}).get("reconciled") for o in objs)
+            return all(
+                o is not None and (o["metadata"].get("annotations") or {}).get("reconciled") for o in objs
+            )
 
         await eventually(all_reconciled, "every configmap annotated")
         assert attempts[f"{namespace}/flaky"] >= 2

@@ -435,6 +435,32 @@ def test_watchlist_sends_initial_events_then_end_bookmark(
     assert int(live["object"]["metadata"]["resourceVersion"]) > end_rv
 
 
+def test_watch_with_send_initial_events_false_starts_now(
+    shared_apiserver: APIServerProcess, namespace: str
+) -> None:
+    """sendInitialEvents=false with resourceVersion unset starts at the most recent RV: no replay of history."""
+    server = shared_apiserver
+    put_cm(server, namespace, "before", {"k": "1"})
+    merge_patch(server, namespace, "before", {"data": {"k": "2"}})
+    resp = open_stream(
+        server,
+        watch_path(
+            namespace,
+            sendInitialEvents="false",
+            resourceVersionMatch="NotOlderThan",
+            allowWatchBookmarks="true",
+            timeoutSeconds="10",
+        ),
+    )
+    assert resp.status == 200
+    put_cm(server, namespace, "after", {"k": "1"})
+    first = next_event(resp)
+    while first is not None and first["type"] == "BOOKMARK":
+        first = next_event(resp)
+    resp.close()
+    assert first is not None and summary(first) == ("ADDED", "after")
+
+
 @pytest.mark.parametrize(
     "query",
     [

@@ -185,7 +185,9 @@ async def test_settings_reject_timings_client_go_rejects() -> None:
     """leaseDuration > renewDeadline > retryPeriod*JitterFactor, with client-go's messages."""
     with pytest.raises(ValidationError, match="leaseDuration must be greater than renewDeadline"):
         LeaderElectionSettings(lease_duration=40, renew_deadline=40)
-    with pytest.raises(ValidationError, match="renewDeadline must be greater than retryPeriod\\*JitterFactor"):
+    with pytest.raises(
+        ValidationError, match="renewDeadline must be greater than retryPeriod\\*JitterFactor"
+    ):
         LeaderElectionSettings(renew_deadline=18, retry_period=15)
 
 

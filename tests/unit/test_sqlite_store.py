@@ -107,3 +107,29 @@ async def test_compaction_forgets_old_revisions(tmp_path: Path) -> None:
     again = await open_cache(tmp_path)
     assert again.store.compacted_revision == 4 and again.revision == 6
     await again.store.close()
+
+
+async def test_shared_file_two_stores_see_each_others_writes_in_order(tmp_path: Path) -> None:
+    """Two processes' stores on one file (tenant replicas): one revision sequence, events in order."""
+    a = Cache(SQLiteStore(tmp_path / "db.sqlite", shared=True, poll_interval=0.01), window=100)
+    b = Cache(SQLiteStore(tmp_path / "db.sqlite", shared=True, poll_interval=0.01), window=100)
+    await a.start()
+    await b.start()
+    seen_a: list[int] = []
+    seen_b: list[int] = []
+    a.add_listener(lambda events: seen_a.extend(e.revision for e in events))
+    b.add_listener(lambda events: seen_b.extend(e.revision for e in events))
+    x = await a.create("/k/x", b"1")
+    y = await b.create("/k/y", b"2")  # b catches up on a's row under the write lock first
+    assert (x.mod_revision, y.mod_revision) == (1, 2)
+    with pytest.raises(RevisionMismatchError):
+        await b.update("/k/x", b"stale", 99)
+    x2 = await b.update("/k/x", b"3", x.mod_revision)
+    for _ in range(200):
+        if a.revision == x2.mod_revision:
+            break
+        await asyncio.sleep(0.01)
+    assert a.get("/k/x") == x2 and a.get("/k/y") == y
+    assert seen_a == [1, 2, 3] and seen_b == [1, 2, 3]
+    await a.store.close()
+    await b.store.close()

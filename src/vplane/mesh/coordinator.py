@@ -384,7 +384,9 @@ class Coordinator:
     async def _refuse(self, ws: web.WebSocketResponse, code: str, message: str) -> None:
         """Send ERROR and close; the node gives up on ``unauthorized`` and ``invalid``."""
         with contextlib.suppress(Exception):
-            await ws.send_bytes(frames.encode(frames.control(FrameType.ERROR, {"code": code, "message": message})))
+            await ws.send_bytes(
+                frames.encode(frames.control(FrameType.ERROR, {"code": code, "message": message}))
+            )
         await self._close_ws(ws, WSCloseCode.POLICY_VIOLATION, message)
 
     async def _handshake(self, ws: web.WebSocketResponse, request: web.Request) -> _Session | None:
@@ -445,7 +447,9 @@ class Coordinator:
             # Newest wins (DERP's duplicate-client rule): the old one is usually a dead path not yet noticed.
             log.warning("mesh node registered again; closing its older session", node=node_id)
             self._unregister(previous, "replaced by a newer session", notify=False)
-            self._spawn(self._close_ws(previous.ws, WSCloseCode.POLICY_VIOLATION, "replaced by a newer session"))
+            self._spawn(
+                self._close_ws(previous.ws, WSCloseCode.POLICY_VIOLATION, "replaced by a newer session")
+            )
         record.identity = identity.name
         record.kind = identity.kind
         record.labels = MappingProxyType({**labels, **identity.labels})

@@ -29,8 +29,7 @@ from aiohttp.tracing import Trace
 
 from vplane.mesh.backoff import DirectPathMemory
 from vplane.mesh.session import DialError, NodeSession, PathKind, Peer, Stream, split_endpoint
-from vplane.mesh.settings import MeshSettings, direct_dialing_enabled, verbose
-from vplane.mesh.settings import AGENT_LOG_ENV
+from vplane.mesh.settings import AGENT_LOG_ENV, MeshSettings, direct_dialing_enabled, verbose
 from vplane.support.tls import client_context
 
 P = TypeVar("P", bound=asyncio.BaseProtocol)
@@ -168,7 +167,10 @@ class MeshConnector(aiohttp.BaseConnector):
         self._resolve = resolve
 
     async def _create_connection(
-        self, req: aiohttp.ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout
+        self,
+        req: aiohttp.ClientRequest,
+        traces: list[Trace],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 (aiohttp's signature)
     ) -> ResponseHandler:
         if req.url.scheme not in ("http", "ws"):
             raise aiohttp.ClientConnectorError(

@@ -619,21 +619,22 @@ class NodeSession:
             return
         self._task = asyncio.create_task(self._run(), name=f"mesh-session-{self.hostname}")
 
-    async def wait_ready(self, timeout: float | None = None) -> Netmap:
-        """Wait for registration and the first netmap; ``RegistrationError`` if the key is refused."""
-        async with asyncio.timeout(timeout):
-            while True:
-                if self.failure is not None:
-                    raise self.failure
-                if self.state == "connected" and self._netmap.seq > 0:
-                    return self._netmap
-                if self.state == "closed":
-                    raise SessionError("the session is closed")
-                await self._changed_wait()
+    async def wait_ready(self) -> Netmap:
+        """Wait for registration and the first netmap; ``RegistrationError`` if the key is refused.
+        Bound it with ``asyncio.timeout``: while the platform is unreachable it keeps waiting."""
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            if self.state == "connected" and self._netmap.seq > 0:
+                return self._netmap
+            if self.state == "closed":
+                raise SessionError("the session is closed")
+            await self._changed_wait()
 
     async def __aenter__(self) -> NodeSession:
         await self.start()
-        await self.wait_ready(self.settings.connect_timeout_seconds)
+        async with asyncio.timeout(self.settings.connect_timeout_seconds):
+            await self.wait_ready()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -682,7 +683,9 @@ class NodeSession:
             conn.mux.send_control(FrameType.ENDPOINTS, {"endpoints": self._endpoints})
             conn.kick()
 
-    async def open_relayed_protocol(self, peer_id: str, protocol_factory: Callable[[], P]) -> tuple[RelayTransport, P]:
+    async def open_relayed_protocol(
+        self, peer_id: str, protocol_factory: Callable[[], P]
+    ) -> tuple[RelayTransport, P]:
         """Open a relayed stream to ``peer_id`` and attach a protocol to it (like ``create_connection``)."""
         conn = self._conn
         if conn is None or conn.closed or self.state != "connected":
@@ -797,7 +800,7 @@ class NodeSession:
                 raise
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
-            if self._closing:
+            if self._stopped.is_set():
                 break
             self.state = "disconnected"
             self._set_session_up(False)
@@ -808,7 +811,13 @@ class NodeSession:
             delay = backoff.next()
             # One warning per outage, then quieter lines: disconnected nodes should not spam.
             log_fn = log.warning if failures == 1 else log.info
-            log_fn("mesh session lost; reconnecting", url=self.url, error=error, delay=round(delay, 3), attempt=failures)
+            log_fn(
+                "mesh session lost; reconnecting",
+                url=self.url,
+                error=error,
+                delay=round(delay, 3),
+                attempt=failures,
+            )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._stopped.wait()

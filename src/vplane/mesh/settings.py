@@ -27,7 +27,7 @@ class MeshSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # -- dialing (node side) ------------------------------------------------------------------------
-    dial_timeout_seconds: float = Field(5.0, gt=0)
+    dial_timeout_seconds: float = Field(default=5.0, gt=0)
     """A direct dial (TCP connect and TLS handshake) that takes longer fails and the dial falls back to
     the relay (spec §3.1: 5 s dial timeout)."""
     dial_direct: bool = True
@@ -35,60 +35,60 @@ class MeshSettings(BaseModel):
     direct_ca_pem: str | None = None
     """PEM of the CA that signs peers' direct-listener certificates. Without it (and without an
     ``ssl_context`` given to the dialer) direct paths are not tried: we never dial TLS unverified."""
-    direct_retry_after_seconds: float = Field(30.0, ge=0)
+    direct_retry_after_seconds: float = Field(default=30.0, ge=0)
     """After a direct dial to an endpoint fails, dials to it go straight to the relay for this long, so a
     firewalled peer costs one dial timeout, not one per request (Tailscale's magicsock remembers paths the
     same way)."""
-    relay_open_timeout_seconds: float = Field(10.0, gt=0)
+    relay_open_timeout_seconds: float = Field(default=10.0, gt=0)
     """Waiting for the peer to accept a relayed stream (OPEN to OPEN_OK through the coordinator)."""
 
     # -- session (node side) ------------------------------------------------------------------------
-    connect_timeout_seconds: float = Field(10.0, gt=0)
+    connect_timeout_seconds: float = Field(default=10.0, gt=0)
     """Connecting the session: TCP, TLS, WebSocket upgrade and the REGISTERED answer."""
-    heartbeat_interval_seconds: float = Field(10.0, gt=0)
+    heartbeat_interval_seconds: float = Field(default=10.0, gt=0)
     """A node sends a heartbeat this often (the agent liveness loop runs every 10 s, spec §10.4); the
     coordinator answers each one, so both ends notice a dead path."""
-    session_silence_timeout_seconds: float = Field(30.0, gt=0)
+    session_silence_timeout_seconds: float = Field(default=30.0, gt=0)
     """A node that hears nothing from the coordinator for this long drops the session and reconnects
     (three missed heartbeat answers; shorter than typical load-balancer idle timeouts)."""
-    reconnect_backoff_min_seconds: float = Field(1.0, gt=0)
-    reconnect_backoff_max_seconds: float = Field(10.0, gt=0)
-    reconnect_backoff_factor: float = Field(1.5, ge=1.0)
-    reconnect_jitter: float = Field(0.2, ge=0, lt=1)
+    reconnect_backoff_min_seconds: float = Field(default=1.0, gt=0)
+    reconnect_backoff_max_seconds: float = Field(default=10.0, gt=0)
+    reconnect_backoff_factor: float = Field(default=1.5, ge=1.0)
+    reconnect_jitter: float = Field(default=0.2, ge=0, lt=1)
     """Reconnect delays: start at min, multiply by factor, cap at max, each spread by +/- jitter; reset
     after a successful registration (Konnectivity's agent: 1 s x 1.5 capped at 10 s)."""
-    close_grace_seconds: float = Field(1.0, gt=0)
+    close_grace_seconds: float = Field(default=1.0, gt=0)
     """How long a closing WebSocket waits for the other side's close frame before the connection is
     dropped (a dead path would otherwise delay the reconnect)."""
     insecure_skip_verify: bool = False
     """Do not verify the platform's certificate (also ``TS_DEBUG_TLS_DIAL_INSECURE_SKIP_VERIFY=true``)."""
 
     # -- coordinator side ---------------------------------------------------------------------------
-    hello_timeout_seconds: float = Field(10.0, gt=0)
+    hello_timeout_seconds: float = Field(default=10.0, gt=0)
     """An upgraded session that has not sent HELLO within this long is closed."""
-    offline_timeout_seconds: float = Field(120.0, gt=0)
+    offline_timeout_seconds: float = Field(default=120.0, gt=0)
     """The coordinator closes a session it has heard nothing from for this long and marks the node
     offline (spec §10.4: about 2 min). A session that drops is marked offline at once. Checked every
     quarter of this period."""
-    gc_after_seconds: float = Field(900.0, gt=0)
+    gc_after_seconds: float = Field(default=900.0, gt=0)
     """An offline node is forgotten after this long (spec §10.4: about 15 min); it is recreated when it
     reconnects."""
-    netmap_coalesce_seconds: float = Field(0.0, ge=0)
+    netmap_coalesce_seconds: float = Field(default=0.0, ge=0)
     """Changes within this window produce one netmap recomputation. 0 coalesces the changes of one event
     loop turn; raise it for large fleets, where a recomputation costs O(nodes x peers)."""
-    max_streams_per_session: int = Field(1000, gt=0)
+    max_streams_per_session: int = Field(default=1000, gt=0)
     """Relayed streams one session may have open; bounds what the relay can be made to queue (at most
     this many initial windows per session)."""
 
     # -- streams and framing (both sides) -----------------------------------------------------------
-    initial_window_bytes: int = Field(256 * 1024, gt=0, le=2**31 - 1)
+    initial_window_bytes: int = Field(default=256 * 1024, gt=0, le=2**31 - 1)
     """Per-stream receive window each side grants when a relayed stream opens: at most this much unread
     data is in flight or buffered per stream and direction."""
-    max_frame_bytes: int = Field(64 * 1024, ge=1024)
+    max_frame_bytes: int = Field(default=64 * 1024, ge=1024)
     """Largest DATA payload in one frame; bigger writes are split so streams interleave."""
-    max_control_frame_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024)
+    max_control_frame_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
     """Largest control payload (a netmap of a few thousand peers fits)."""
-    write_buffer_high_bytes: int = Field(64 * 1024, gt=0)
+    write_buffer_high_bytes: int = Field(default=64 * 1024, gt=0)
     """A relayed stream's writer pauses (``drain`` waits) above this much unsent data (asyncio's own
     default high-water mark)."""
 

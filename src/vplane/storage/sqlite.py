@@ -87,10 +87,21 @@ class _Op:
 class SQLiteStore:
     """A :class:`~vplane.storage.interface.Store` in one SQLite file (WAL, durable commits)."""
 
-    def __init__(self, path: Path, *, batch_max: int = 512, durable: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        batch_max: int = 512,
+        durable: bool = True,
+        shared: bool = False,
+        poll_interval: float = 0.05,
+    ) -> None:
         self.path = path
         self.batch_max = batch_max
         self.durable = durable
+        self.shared = shared
+        """Other processes write the same file (replicas of one tenant): catch up on their rows."""
+        self.poll_interval = poll_interval
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -239,7 +250,11 @@ class SQLiteStore:
         loop.call_soon_threadsafe(_succeed, ready, None)
         try:
             while True:
-                op = self._queue.get()
+                try:
+                    op = self._queue.get(timeout=self.poll_interval) if self.shared else self._queue.get()
+                except queue.Empty:
+                    self._catch_up(conn)
+                    continue
                 if op is None:
                     break
                 batch = [op]
@@ -259,6 +274,41 @@ class SQLiteStore:
         finally:
             conn.close()
             self._fail_pending()
+
+    def _foreign_rows(self, conn: sqlite3.Connection) -> list[Event]:
+        """Apply rows other processes committed since our last revision; return their events."""
+        events: list[Event] = []
+        for rev, key, create, deleted, value in conn.execute(
+            "SELECT rev, key, create_rev, deleted, value FROM log WHERE rev > ? ORDER BY rev",
+            (self._revision,),
+        ):
+            prev = self._index.get(key)
+            kv = KeyValue(key, bytes(value), rev, create)
+            if deleted:
+                self._index.pop(key, None)
+                events.append(Event("DELETE", kv, prev))
+            else:
+                self._index[key] = kv
+                events.append(Event("PUT", kv, prev))
+            self._revision = rev
+        row = conn.execute("SELECT value FROM meta WHERE name = 'compact_rev'").fetchone()
+        if row is not None:
+            self._compacted = max(self._compacted, int(row[0]))
+        return events
+
+    def _catch_up(self, conn: sqlite3.Connection) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            conn.execute("BEGIN")
+            events = self._foreign_rows(conn)
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            return
+        if events:
+            loop.call_soon_threadsafe(self._deliver, events, [])
 
     def _load(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE name = 'compact_rev'").fetchone()
@@ -288,8 +338,16 @@ class SQLiteStore:
         revision = self._revision
         compacted = self._compacted
         rows: list[tuple[int, str, int, int, int, bytes]] = []
+        foreign: list[Event] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
+            if self.shared:
+                # The write lock is held: every row other processes committed is visible and no new one
+                # can appear, so our revisions follow theirs and events stay in revision order.
+                foreign = self._foreign_rows(conn)
+                events.extend(foreign)
+                revision = self._revision
+                compacted = self._compacted
             for op in batch:
                 if op.kind == "compact":
                     compacted = self._compact_step(conn, op.expected, compacted)
@@ -318,7 +376,7 @@ class SQLiteStore:
             failed: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = [
                 (op.future, None, error) for op in batch
             ]
-            loop.call_soon_threadsafe(self._deliver, [], failed)
+            loop.call_soon_threadsafe(self._deliver, foreign, failed)
             return
         for key, entry in staged.items():
             if entry is None:
