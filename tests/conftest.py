@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sys
@@ -16,6 +17,12 @@ TOOLS = ROOT / ".tools" / "bin"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import APIServerProcess, Kubectl  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # looptime asks the policy for an event loop before every test; on Python 3.11 that creates (and never
+    # closes) a loop for sync tests, whose ResourceWarning then fails a later test. No default loop.
+    asyncio.set_event_loop(None)
 
 
 def _tool(name: str) -> str:

@@ -28,16 +28,20 @@ from vplane.kube.objects import Obj
 pytestmark = pytest.mark.integration
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+LEASE = "vcluster-demo-controller"
 SHORT = LeaderElectionSettings(lease_duration=3, renew_deadline=2, retry_period=0.5)
 
 
-async def eventually(check: Callable[[], bool], what: str, timeout: float = 10) -> None:
+async def eventually(check: Callable[[], bool], what: str, within: float = 10) -> None:
+    """Poll ``check`` (state that lives in another process or task) until it holds, at most ``within`` s."""
     try:
-        async with asyncio.timeout(timeout):
-            while not check():
+        async with asyncio.timeout(within):
+            while True:
+                if check():
+                    return
                 await asyncio.sleep(0.05)
     except TimeoutError:
-        raise AssertionError(f"not within {timeout}s: {what}") from None
+        raise AssertionError(f"not within {within}s: {what}") from None
 
 
 @pytest.fixture
@@ -59,7 +63,7 @@ class Replica:
         self.elector = LeaderElector(
             self.client,
             namespace=namespace,
-            name="vcluster-demo-controller",
+            name=LEASE,
             identity=identity,
             settings=settings,
             on_started_leading=self._work,
@@ -104,7 +108,7 @@ async def test_two_electors_one_leader_then_graceful_handover(
         assert leader.working and not follower.working
         assert follower.leaders == [leader.elector.identity]
 
-        lease = await kube.get(LEASES, "vcluster-demo-controller", namespace=namespace)
+        lease = await kube.get(LEASES, LEASE, namespace=namespace)
         spec = lease["spec"]
         assert spec["holderIdentity"] == leader.elector.identity
         assert spec["leaseDurationSeconds"] == 3
@@ -112,19 +116,35 @@ async def test_two_electors_one_leader_then_graceful_handover(
         assert MICRO_TIME.match(spec["acquireTime"]) and MICRO_TIME.match(spec["renewTime"])
         assert spec["renewTime"] > spec["acquireTime"]  # it has renewed
 
-        table = kubectl.run("get", "lease", "vcluster-demo-controller", "-n", namespace).out.splitlines()
+        table = (
+            await asyncio.to_thread(kubectl.run, "get", "lease", LEASE, "-n", namespace)
+        ).out.splitlines()
         assert table[0].split() == ["NAME", "HOLDER", "AGE"]
-        assert table[1].split()[:2] == ["vcluster-demo-controller", leader.elector.identity]
+        assert table[1].split()[:2] == [LEASE, leader.elector.identity]
 
+        # Every write to the Lease from here on, in order: the release must come before the takeover.
+        history: list[tuple[str, int]] = []
+        start = (await kube.get(LEASES, LEASE, namespace=namespace))["metadata"]["resourceVersion"]
+
+        async def record() -> None:
+            async for event in kube.watch(LEASES, namespace=namespace, resource_version=start):
+                spec = event.object["spec"]
+                history.append((spec["holderIdentity"], spec["leaseDurationSeconds"]))
+
+        watching = asyncio.create_task(record())
         await leader.stop()
-        released = (await kube.get(LEASES, "vcluster-demo-controller", namespace=namespace))["spec"]
-        assert (released["holderIdentity"], released["leaseDurationSeconds"]) == ("", 1)
-
         await eventually(
-            lambda: follower.elector.is_leader, "the follower takes over", timeout=SHORT.lease_duration
+            lambda: follower.elector.is_leader, "the follower takes over", within=SHORT.lease_duration
         )
+        await eventually(lambda: (follower.elector.identity, 3) in history, "the takeover's write")
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+        takeover = history.index((follower.elector.identity, 3))
+        assert history[takeover - 1] == ("", 1)  # released: no holder, 1 s
+        assert set(history[: takeover - 1]) <= {(leader.elector.identity, 3)}  # only the leader's renewals
+
         assert follower.working
-        spec = (await kube.get(LEASES, "vcluster-demo-controller", namespace=namespace))["spec"]
+        spec = (await kube.get(LEASES, LEASE, namespace=namespace))["spec"]
         assert spec["holderIdentity"] == follower.elector.identity
         assert spec["leaseTransitions"] == 1
         assert follower.leaders == [leader.elector.identity, follower.elector.identity]
@@ -142,14 +162,14 @@ async def test_a_crashed_leader_is_replaced_after_the_lease_expires(
     leader, follower = sorted(replicas, key=lambda r: not r.elector.is_leader)
     try:
         await leader.stop()
-        spec = (await kube.get(LEASES, "vcluster-demo-controller", namespace=namespace))["spec"]
+        spec = (await kube.get(LEASES, LEASE, namespace=namespace))["spec"]
         assert spec["holderIdentity"] == leader.elector.identity  # not released
         assert not follower.elector.is_leader
         bound = settings.lease_duration + settings.retry_period * (1 + settings.jitter_factor) + 1
         await eventually(
-            lambda: follower.elector.is_leader, "the follower takes over after expiry", timeout=bound
+            lambda: follower.elector.is_leader, "the follower takes over after expiry", within=bound
         )
-        spec = (await kube.get(LEASES, "vcluster-demo-controller", namespace=namespace))["spec"]
+        spec = (await kube.get(LEASES, LEASE, namespace=namespace))["spec"]
         assert (spec["holderIdentity"], spec["leaseTransitions"]) == (follower.elector.identity, 1)
     finally:
         await follower.stop()
@@ -230,7 +250,9 @@ async def _compacted(server: APIServerProcess, revision: str) -> None:
         return code
 
     async with asyncio.timeout(10):
-        while await status() != 410:
+        while True:
+            if await status() == 410:
+                return
             await asyncio.sleep(0.1)
 
 
@@ -253,7 +275,7 @@ async def test_informer_relists_when_its_watch_expires(small: tuple[APIServerPro
         assert stale is not None
         await _churn(kube, "live")
         await _compacted(server, stale)
-        await eventually(lambda: informer.list_count == 2, "a relist after 410", timeout=10)
+        await eventually(lambda: informer.list_count == 2, "a relist after 410")
         assert int(informer.resource_version or 0) > int(stale)
         assert recorder.events == [("add", "a", {"v": "1"})]  # nothing changed here, so nothing replayed
 

@@ -381,6 +381,27 @@ def test_lightkube_not_found_is_api_error(lk: Client, namespace: str) -> None:
     assert status.details.kind == "configmaps"
 
 
+def test_lightkube_watch_and_conflict_errors(lk: Client, namespace: str) -> None:
+    """lightkube watches from a list RV (every event object has a resourceVersion); AlreadyExists is an ApiError."""
+    lk.create(ConfigMap(metadata=ObjectMeta(name="lw", namespace=namespace), data={"a": "1"}))
+    with pytest.raises(ApiError) as info:
+        lk.create(ConfigMap(metadata=ObjectMeta(name="lw", namespace=namespace), data={}))
+    assert (info.value.status.code, info.value.status.reason) == (409, "AlreadyExists")
+    assert info.value.status.message == 'configmaps "lw" already exists'
+    listing = lk.list(ConfigMap, namespace=namespace)
+    assert [cm.metadata.name for cm in listing] == ["lw"]
+    rv = listing.resourceVersion
+    lk.patch(ConfigMap, "lw", {"data": {"a": "2"}}, namespace=namespace)
+    lk.delete(ConfigMap, "lw", namespace=namespace)
+    seen = []
+    for event, obj in lk.watch(ConfigMap, namespace=namespace, resource_version=rv, server_timeout=5):
+        seen.append((event, obj.metadata.name, obj.data["a"]))
+        assert int(obj.metadata.resourceVersion) > int(rv)
+        if event == "DELETED":
+            break
+    assert seen == [("MODIFIED", "lw", "2"), ("DELETED", "lw", "2")]
+
+
 def test_lightkube_generic_resource_for_crd(lk: Client, namespace: str, widgets: str) -> None:
     """lightkube generic resources create, apply and list custom objects."""
     Widget = create_namespaced_resource(widgets, "v1", "Widget", "widgets")
@@ -457,6 +478,34 @@ def test_kr8s_widgets_get_list_create_patch(
             await _kr8s_close(api)
 
     run_async(scenario())
+
+
+def test_kr8s_watch_from_resource_version(shared_apiserver: APIServerProcess, namespace: str) -> None:
+    """kr8s watches ConfigMaps from a list RV and builds an object from every event (no stray bookmarks)."""
+    rv = make_cm(shared_apiserver, namespace, "kw", {"a": "1"})["metadata"]["resourceVersion"]
+    status, _ = _json(
+        shared_apiserver,
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/configmaps/kw",
+        {"data": {"a": "2"}},
+        **{"Content-Type": "application/merge-patch+json"},
+    )
+    assert status == 200
+    make_cm(shared_apiserver, namespace, "kw2", {"a": "3"})
+
+    async def scenario() -> list[tuple[str, str, str]]:
+        api = await _kr8s_api(shared_apiserver)
+        seen: list[tuple[str, str, str]] = []
+        try:
+            async for event, obj in api.async_watch("configmaps", namespace=namespace, since=rv):
+                seen.append((event, obj.name, obj.raw["data"]["a"]))
+                if len(seen) == 2:
+                    break
+        finally:
+            await _kr8s_close(api)
+        return seen
+
+    assert run_async(scenario()) == [("MODIFIED", "kw", "2"), ("ADDED", "kw2", "3")]
 
 
 def test_kr8s_configmaps_by_short_name(shared_apiserver: APIServerProcess, namespace: str) -> None:

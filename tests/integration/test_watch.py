@@ -348,52 +348,105 @@ def test_bookmark_with_allow_watch_bookmarks_has_only_rv(small_server: APIServer
         assert int(obj["metadata"]["resourceVersion"]) >= int(rv)
 
 
+class KubectlStream:
+    """A long-running kubectl whose stdout lines are collected by a thread, so tests can wait for rows."""
+
+    def __init__(self, kubectl: Kubectl, *args: str) -> None:
+        self.proc = kubectl.popen(*args)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        self.pumper = threading.Thread(target=self._pump, daemon=True)
+        self.pumper.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, prefix: str, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(line.startswith(prefix) for line in self.seen):
+            try:
+                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line starting {prefix!r} in {self.seen}") from None
+            if line is None:
+                self.close()
+                err = self.proc.stderr.read() if self.proc.stderr else ""
+                raise AssertionError(f"kubectl exited before {prefix!r}: {self.seen} {err}")
+            self.seen.append(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(10)
+        self.pumper.join(10)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+def _bookmark_intervals_pass(server: APIServerProcess, ns: str, count: int) -> None:
+    """Wait until a bookmark-enabled watch has received ``count`` periodic BOOKMARKs (intervals really passed)."""
+    rv = list_rv(server, ns)
+    resp = open_stream(
+        server, watch_path(ns, resourceVersion=rv, allowWatchBookmarks="true", timeoutSeconds="10")
+    )
+    got = 0
+    while got < count:
+        event = next_event(resp)
+        assert event is not None, "watch ended before the bookmarks arrived"
+        got += event["type"] == "BOOKMARK"
+    resp.close()
+
+
 def test_kubectl_get_watch_prints_rows_without_blank_bookmark_rows(
     small_server: APIServerProcess, kubectl_path: str, tmp_path: Path
 ) -> None:
     """`kubectl get cm -w` prints a row per change and never a blank row (no unrequested bookmarks)."""
     ns = make_namespace(small_server)
     put_cm(small_server, ns, "first", {"k": "1"})
-    k = Kubectl(kubectl_path, small_server.kubeconfig, tmp_path / "cache")
-    proc = k.popen("get", "cm", "-n", ns, "-w")
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    pumper = threading.Thread(target=pump, daemon=True)
-    pumper.start()
-    seen: list[str] = []
+    stream = KubectlStream(
+        Kubectl(kubectl_path, small_server.kubeconfig, tmp_path / "cache"), "get", "cm", "-n", ns, "-w"
+    )
     try:
-
-        def wait_for(prefix: str) -> None:
-            deadline = time.monotonic() + 10
-            while not any(line.startswith(prefix) for line in seen):
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-                assert line is not None, f"kubectl exited: {seen} {proc.stderr.read() if proc.stderr else ''}"
-                seen.append(line)
-
-        wait_for("first ")
+        stream.wait_for("first ")
         put_cm(small_server, ns, "second", {"k": "1", "j": "2"})
-        wait_for("second ")
-        # several bookmark intervals pass; then one more change to flush anything printed meanwhile
-        time.sleep(1.5)
-        put_cm(small_server, ns, "third", {})
-        wait_for("third ")
+        stream.wait_for("second ")
+        _bookmark_intervals_pass(small_server, ns, 2)
+        put_cm(small_server, ns, "third", {})  # flushes anything kubectl printed meanwhile
+        stream.wait_for("third ")
     finally:
-        proc.terminate()
-        proc.wait(10)
-        pumper.join(10)
-        assert proc.stdout is not None and proc.stderr is not None
-        proc.stdout.close()
-        proc.stderr.close()
+        stream.close()
+    seen = stream.seen
     assert seen[0].split() == ["NAME", "DATA", "AGE"]
     assert [line for line in seen if not line.strip()] == []
     rows = [line.split()[:2] for line in seen[1:]]
     assert rows == [["first", "1"], ["second", "2"], ["third", "0"]]
+
+
+def test_kubectl_get_single_object_watch_with_event_types(kubectl: Kubectl, namespace: str) -> None:
+    """`kubectl get cm x -w --output-watch-events` prints ADDED, MODIFIED and DELETED rows for that object only."""
+    kubectl.run("create", "configmap", "x", "-n", namespace, "--from-literal=a=1")
+    kubectl.run("create", "configmap", "y", "-n", namespace)
+    stream = KubectlStream(kubectl, "get", "cm", "x", "-n", namespace, "-w", "--output-watch-events")
+    try:
+        stream.wait_for("ADDED ")
+        kubectl.run("patch", "cm", "y", "-n", namespace, "--type=merge", "-p", '{"data":{"b":"2"}}')
+        kubectl.run("patch", "cm", "x", "-n", namespace, "--type=merge", "-p", '{"data":{"b":"2"}}')
+        stream.wait_for("MODIFIED ")
+        kubectl.run("delete", "cm", "x", "-n", namespace)
+        stream.wait_for("DELETED ")
+    finally:
+        stream.close()
+    rows = [line.split()[:3] for line in stream.seen]
+    assert rows == [
+        ["EVENT", "NAME", "DATA"],
+        ["ADDED", "x", "1"],
+        ["MODIFIED", "x", "2"],
+        ["DELETED", "x", "2"],
+    ]
 
 
 # -- M13: WatchList --------------------------------------------------------------------------------
@@ -581,7 +634,7 @@ def test_field_selector_watch_on_one_name(shared_apiserver: APIServerProcess, na
 WRITERS = 20
 WATCHERS = 10
 OBJECTS = 5
-INCREMENTS = 8
+INCREMENTS = 5
 
 
 def test_concurrent_writers_and_watchers_lose_nothing(

@@ -136,6 +136,7 @@ class Candidate:
         self.started: list[float] = []
         self.stopped: list[float] = []
         self.work_cancelled = False
+        self.leading = asyncio.Event()
         self.new_leaders: list[str] = []
         loop = asyncio.get_running_loop()
         self.elector = LeaderElector(
@@ -153,6 +154,7 @@ class Candidate:
 
     async def _work(self) -> None:
         self.started.append(asyncio.get_running_loop().time())
+        self.leading.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -307,8 +309,7 @@ async def test_after_a_crash_the_other_candidate_waits_for_expiry(looptime: floa
     await a.stop()  # at 20; its last renewal was at 15, seen by b at 16
     assert a.stopped == [20] and a.work_cancelled
     assert kube.lease()["spec"]["holderIdentity"] == "a"
-    while not b.elector.is_leader:
-        await asyncio.sleep(1)
+    await b.leading.wait()
     assert b.started == [76]  # 16 + 60
     spec = kube.lease()["spec"]
     assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)

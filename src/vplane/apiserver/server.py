@@ -30,9 +30,10 @@ from vplane.apiserver.handlers import ResourceHandlers, json_response
 from vplane.apiserver.objects import ObjectStore
 from vplane.apiserver.openapi import OpenAPI
 from vplane.apiserver.registry import Registry, ResourceType
-from vplane.apiserver.reviews import Reviews
+from vplane.apiserver.reviews import Reviews, SubresourceHandler
 from vplane.apiserver.schemas import SchemaSource
 from vplane.apiserver.settings import APIServerSettings
+from vplane.apiserver.vap import ValidatingAdmissionPolicyPlugin
 from vplane.apiserver.watch import WatchEvent, WatchHub
 from vplane.kube import errors, tables
 from vplane.kube.objects import Obj
@@ -59,7 +60,9 @@ class APIServer:
         self.settings = settings
         self.clock = clock
         self.data_dir = settings.data_dir
-        self.store: Store = store or SQLiteStore(self.data_dir / "state.db", durable=settings.durable)
+        self.store: Store = store or SQLiteStore(
+            self.data_dir / "state.db", durable=settings.durable, shared=settings.shared_store
+        )
         self.cache = Cache(self.store, window=settings.history_window)
         self.registry = Registry()
         builtin.install(self.registry)
@@ -82,6 +85,12 @@ class APIServer:
         """Non-resource paths served by add-ons (exact path, or a prefix ending in ``/``)."""
         self.resource_interceptors: list[Interceptor] = []
         """Hooks that may answer a resource request before the local registry (API aggregation)."""
+        self.public_routes: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {}
+        """Paths served before authentication (the mesh's DERP probe and its own key-authenticated session)."""
+        self.path_prefixes: list[str] = []
+        """Prefixes stripped before routing (the platform serves its API under /kubernetes/management too)."""
+        self.subresource_handlers: dict[tuple[str, str, str], SubresourceHandler] = {}
+        """Custom subresources by (group, resource, subresource), e.g. the platform's ``accesskey``."""
         self.nonresource_interceptors: list[Interceptor] = []
         """The same for non-resource paths (aggregated discovery documents)."""
         self.delegate: Delegate | None = (
@@ -90,6 +99,7 @@ class APIServer:
         if self.delegate is not None:
             self.token_authenticators.append(self.delegate)
         self.admission.add(NamespaceLifecycle(self.namespaces))
+        self.admission.add(ValidatingAdmissionPolicyPlugin(self))
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.ca: tls.CertPair | None = None
@@ -167,7 +177,7 @@ class APIServer:
 
     @property
     def kubeconfig_path(self) -> Path:
-        return self.data_dir / "kubeconfig.yaml"
+        return self.data_dir / self.settings.kubeconfig_name
 
     def _tls(self) -> ssl.SSLContext:
         pki = self.data_dir / "pki"
@@ -344,7 +354,14 @@ class APIServer:
         raise errors.unauthorized()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        for prefix in self.path_prefixes:
+            if request.path.startswith(prefix + "/"):
+                request = request.clone(rel_url=request.rel_url.with_path(request.path[len(prefix) :]))
+                break
         path = request.path
+        public = self.public_routes.get(path)
+        if public is not None:
+            return await public(request)
         user = await self.authenticate(request)
         if user is None:
             if path in PUBLIC_PATHS:
@@ -538,7 +555,9 @@ class APIServer:
             allowed = "get" if verb in ("get", "watch", "list") else verb
             if allowed not in sub.verbs:
                 raise errors.method_not_allowed()
-            handler = self.reviews.subresource_handler(rtype, info.subresource)
+            handler = self.subresource_handlers.get((rtype.group, rtype.resource, info.subresource))
+            if handler is None:
+                handler = self.reviews.subresource_handler(rtype, info.subresource)
             if handler is not None:
                 return await handler(request, ctx, rtype, info)
         h = self.handlers

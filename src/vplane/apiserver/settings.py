@@ -19,6 +19,10 @@ class APIServerSettings(BaseModel):
     """Request bodies above this get 413 (upstream's limit is 3 MiB)."""
     durable: bool = True
     """Acknowledge writes only after fsync (SQLite ``synchronous=FULL``)."""
+    shared_store: bool = False
+    """Several processes (replicas of one tenant) use the same store file; each catches up on the others."""
+    kubeconfig_name: str = "kubeconfig.yaml"
+    """File in the data directory that gets an admin kubeconfig for this process's address."""
     history_window: int = 10_000
     """Revisions kept for watches that resume and for paginated lists (older ones answer 410)."""
     compact_interval_seconds: float = 60.0

@@ -35,7 +35,7 @@ never fall back to the kubeconfig's default namespace (a namespaced ``get`` with
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
@@ -247,7 +247,7 @@ def _status_error(exc: httpx2.HTTPStatusError) -> StatusError:
 
 
 @contextlib.contextmanager
-def _errors() -> Any:
+def _errors() -> Iterator[None]:
     """Translate lightkube's and httpx2's exceptions into ours at the seam."""
     try:
         yield

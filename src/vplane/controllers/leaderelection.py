@@ -227,6 +227,7 @@ class LeaderElector:
         return self._observation.record.holder if self._observation else ""
 
     async def run(self) -> None:
+        """Campaign, lead, return when leadership is lost; cancel to stop (see the class docstring)."""
         await self._acquire()
         await self._lead()
 

@@ -42,7 +42,8 @@ NO_AUTH_KEY = "no auth key provided"
 
 # Frames that may overtake queued stream data: credit and session housekeeping. Stream frames keep their
 # order (OPEN_OK before DATA before CLOSE).
-_PRIORITY = frozenset({FrameType.WINDOW_UPDATE, FrameType.HEARTBEAT, FrameType.NETMAP, FrameType.REGISTERED})
+_PRIORITY = frozenset({FrameType.WINDOW_UPDATE, FrameType.REGISTERED})
+_PONG = frames.encode(Frame(FrameType.HEARTBEAT))
 
 
 class AuthenticationError(Exception):
@@ -188,17 +189,25 @@ class _Record:
 
 
 class _Session:
-    """One node's WebSocket: two outgoing queues (credit and housekeeping first) and one writer."""
+    """One node's WebSocket and its single writer.
+
+    Outgoing frames wait in two queues: ``priority`` (credit, heartbeat answers) may overtake ``ordered``
+    (stream frames, whose order matters: OPEN_OK before DATA before CLOSE). Only the newest netmap is kept
+    and at most one heartbeat answer is pending, so a node that reads slowly cannot make these pile up;
+    relayed data is bounded by the streams' windows.
+    """
 
     __slots__ = (
         "ws",
         "record",
         "priority",
         "ordered",
+        "netmap",
+        "pong",
         "wake",
         "last_heard",
         "visible",
-        "netmap_body",
+        "peers_sent",
         "netmap_seq",
         "closed",
         "batch_bytes",
@@ -209,10 +218,13 @@ class _Session:
         self.record = record
         self.priority: deque[bytes] = deque()
         self.ordered: deque[bytes] = deque()
+        self.netmap: bytes | None = None
+        self.pong = False
         self.wake = asyncio.Event()
         self.last_heard = now
         self.visible: frozenset[str] = frozenset()
-        self.netmap_body: bytes | None = None
+        self.peers_sent: dict[str, bytes] | None = None
+        """The peers (id -> netmap entry) as the node will have them once its queued netmap arrives."""
         self.netmap_seq = 0
         self.closed = False
         self.batch_bytes = batch_bytes
@@ -223,18 +235,35 @@ class _Session:
         (self.priority if raw[0] in _PRIORITY else self.ordered).append(raw)
         self.wake.set()
 
+    def send_netmap(self, raw: bytes) -> None:
+        if not self.closed:
+            self.netmap = raw
+            self.wake.set()
+
+    def send_pong(self) -> None:
+        if not self.closed:
+            self.pong = True
+            self.wake.set()
+
     async def writer(self) -> None:
         ws, priority, ordered = self.ws, self.priority, self.ordered
         while True:
             await self.wake.wait()
             self.wake.clear()
-            while priority or ordered:
+            while priority or ordered or self.netmap is not None or self.pong:
                 parts: list[bytes] = []
                 size = 0
                 while priority:
                     part = priority.popleft()
                     parts.append(part)
                     size += len(part)
+                if self.pong:
+                    self.pong = False
+                    parts.append(_PONG)
+                if self.netmap is not None:
+                    parts.append(self.netmap)
+                    size += len(self.netmap)
+                    self.netmap = None
                 while ordered and size < self.batch_bytes:
                     part = ordered.popleft()
                     parts.append(part)
@@ -491,6 +520,7 @@ class Coordinator:
         session.closed = True
         session.priority.clear()
         session.ordered.clear()
+        session.netmap = None
         session.wake.set()
         self._sessions.discard(session)
         self._route(self._relay.drop(session, "peer session closed"))
@@ -535,7 +565,7 @@ class Coordinator:
     def _dispatch(self, session: _Session, frame: Frame) -> None:
         ftype = frame.type
         if ftype is FrameType.HEARTBEAT:
-            session.send(frames.encode(Frame(FrameType.HEARTBEAT)))
+            session.send_pong()
         elif ftype is FrameType.OPEN:
             self._open(session, frame)
         elif ftype is FrameType.ENDPOINTS:
@@ -610,6 +640,13 @@ class Coordinator:
             loop.call_soon(self._push_netmaps)
 
     def _push_netmaps(self) -> None:
+        """Send each online node what changed in its peer list.
+
+        The first netmap of a session is complete; later ones carry only ``upsert`` and ``remove`` (as
+        Tailscale's incremental map responses do), so a join costs each subscriber one entry rather than
+        the whole list. A node whose previous netmap is still unsent gets a complete one instead, which
+        replaces it: netmaps never pile up behind a slow reader.
+        """
         self._netmap_pending = False
         online = [r for r in self._records.values() if r.session is not None]
         infos = [r.info() for r in online]
@@ -619,18 +656,32 @@ class Coordinator:
             session = record.session
             assert session is not None
             try:
-                visible = [v for v in self._policy(info, infos) if v.id != info.id and v.id in by_id]
+                visible = self._policy(info, infos)
+                new = {v.id: by_id[v.id].wire() for v in visible if v.id != info.id and v.id in by_id}
             except Exception:
                 log.exception("mesh visibility policy failed", node=info.id)
                 continue
-            body = b",".join(by_id[v.id].wire() for v in visible)
-            if body == session.netmap_body:
-                continue
-            session.netmap_body = body
-            session.visible = frozenset(v.id for v in visible)
+            old = session.peers_sent
+            upserts: list[bytes] = []
+            removes: list[str] = []
+            if old is not None:
+                upserts = [wire for peer_id, wire in new.items() if old.get(peer_id) != wire]
+                removes = [peer_id for peer_id in old if peer_id not in new]
+                if not upserts and not removes:
+                    continue
+            session.peers_sent = new
+            session.visible = frozenset(new)
             session.netmap_seq += 1
-            payload = b'{"seq":%d,"peers":[%b]}' % (session.netmap_seq, body)
-            session.send(frames.encode(Frame(FrameType.NETMAP, 0, payload)))
+            seq = session.netmap_seq
+            if old is None or session.netmap is not None or len(upserts) + len(removes) > len(new):
+                payload = b'{"seq":%d,"peers":[%b]}' % (seq, b",".join(new.values()))
+            else:
+                payload = b'{"seq":%d,"upsert":[%b],"remove":%b}' % (
+                    seq,
+                    b",".join(upserts),
+                    orjson.dumps(removes),
+                )
+            session.send_netmap(frames.encode(Frame(FrameType.NETMAP, 0, payload)))
             pushed += 1
         if self.verbose:
             log.info("mesh netmaps pushed", nodes=len(online), pushed=pushed)

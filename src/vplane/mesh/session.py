@@ -760,18 +760,25 @@ class NodeSession:
         self._publish()
 
     def _netmap_received(self, body: Mapping[str, Any]) -> None:
-        raw = body.get("peers")
-        peers: dict[str, Peer] = {}
-        if isinstance(raw, list):
-            for item in raw:
+        """A complete netmap (``peers``) replaces ours; an incremental one (``upsert``, ``remove``) edits it."""
+        complete = "peers" in body
+        peers: dict[str, Peer] = {} if complete else dict(self._netmap.peers)
+        upserts = body.get("peers" if complete else "upsert")
+        if isinstance(upserts, list):
+            for item in upserts:
                 if isinstance(item, dict):
                     peer = Peer.from_wire(item)
                     if peer.id and peer.id != self.node_id:
                         peers[peer.id] = peer
+        removes = body.get("remove")
+        if not complete and isinstance(removes, list):
+            for peer_id in removes:
+                if isinstance(peer_id, str):
+                    peers.pop(peer_id, None)
         current = self._netmap
         self._netmap = Netmap(MappingProxyType(peers), current.seq + 1, self._clock(), True, None)
         if self.verbose:
-            log.info("mesh netmap received", node=self.node_id, peers=len(peers))
+            log.info("mesh netmap received", node=self.node_id, peers=len(peers), complete=complete)
         self._publish()
 
     async def _run(self) -> None:

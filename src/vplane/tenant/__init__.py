@@ -1,1 +1,2 @@
-"""The tenant layer (see docs/architecture.md)."""
+"""A tenant control plane: an API server on a store shared by its replicas, a mesh node on the platform
+network, leader election among replicas, and (when configured) the resource proxy."""

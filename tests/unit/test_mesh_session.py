@@ -1,0 +1,580 @@
+"""The mesh end to end in one process: a coordinator on a real aiohttp server on 127.0.0.1, node
+sessions, relayed and direct dials, and the failure cases (refused keys, restarts, silence, slow readers).
+
+Timings are shrunk through ``MeshSettings``; waits are on events (netmaps, session state), not sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from vplane.mesh import (
+    Coordinator,
+    Dialer,
+    DialError,
+    DirectListener,
+    MeshSettings,
+    NodeChange,
+    NodeIdentity,
+    NodeSession,
+    RegistrationError,
+    Stream,
+    invalid_access_key,
+    same_label,
+    stream_protocol_factory,
+    tls_server_context,
+)
+from vplane.mesh.coordinator import AuthenticationError, VisibilityPolicy, all_peers
+from vplane.mesh.frames import FrameType, control, encode
+from vplane.support import tls
+
+SETTINGS = MeshSettings(
+    dial_timeout_seconds=0.3,
+    relay_open_timeout_seconds=2.0,
+    connect_timeout_seconds=2.0,
+    heartbeat_interval_seconds=0.1,
+    session_silence_timeout_seconds=2.0,
+    reconnect_backoff_min_seconds=0.02,
+    reconnect_backoff_max_seconds=0.2,
+    close_grace_seconds=0.2,
+    hello_timeout_seconds=1.0,
+    offline_timeout_seconds=5.0,
+)
+WAIT = 5.0
+
+KEYS = {
+    "key-a": NodeIdentity(
+        "loft:vcluster:p-default:tenant-a", "vcluster", {"project": "default", "tenant": "a"}
+    ),
+    "key-b": NodeIdentity(
+        "loft:vcluster:p-default:tenant-b", "vcluster", {"project": "default", "tenant": "b"}
+    ),
+    "key-c": NodeIdentity("loft:vcluster:p-other:tenant-c", "vcluster", {"project": "other", "tenant": "c"}),
+}
+REFUSED = {"key-disabled": "disabled", "key-expired": "expired"}
+
+
+async def authenticate(key: str) -> NodeIdentity:
+    if key in KEYS:
+        return KEYS[key]
+    if key in REFUSED:
+        raise invalid_access_key(REFUSED[key])
+    raise invalid_access_key("not found")
+
+
+@dataclass
+class Platform:
+    """A coordinator mounted on an aiohttp app, restartable on the same port."""
+
+    settings: MeshSettings = SETTINGS
+    policy: VisibilityPolicy = all_peers
+    port: int = 0
+    changes: list[NodeChange] = field(default_factory=list)
+    coordinator: Coordinator | None = None
+    runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def coord(self) -> Coordinator:
+        assert self.coordinator is not None
+        return self.coordinator
+
+    async def start(self) -> None:
+        self.coordinator = Coordinator(
+            authenticate, self.changes.append, visible_peers=self.policy, settings=self.settings, environ={}
+        )
+        app = web.Application()
+        self.coordinator.setup(app)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", self.port)
+        await site.start()
+        self.port = self.runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+@dataclass
+class Harness:
+    platform: Platform
+    stack: contextlib.AsyncExitStack
+
+    async def node(
+        self,
+        key: str,
+        hostname: str,
+        *,
+        serve: Callable[[], asyncio.BaseProtocol] | None = None,
+        endpoints: list[str] | None = None,
+        settings: MeshSettings = SETTINGS,
+        ready: bool = True,
+    ) -> NodeSession:
+        node = NodeSession(
+            self.platform.url,
+            key,
+            hostname=hostname,
+            settings=settings,
+            serve=serve,
+            endpoints=endpoints or [],
+            environ={},
+        )
+        self.stack.push_async_callback(node.close)
+        await node.start()
+        if ready:
+            async with asyncio.timeout(WAIT):
+                await node.wait_ready()
+        return node
+
+    async def http_app(self, routes: list[web.RouteDef]) -> web.AppRunner:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.add_routes(routes)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        self.stack.push_async_callback(runner.cleanup)
+        return runner
+
+    async def client(self, dialer: Dialer) -> aiohttp.ClientSession:
+        http = aiohttp.ClientSession(connector=dialer.connector())
+        self.stack.push_async_callback(http.close)
+        return http
+
+
+@pytest.fixture
+async def mesh() -> AsyncIterator[Harness]:
+    platform = Platform()
+    await platform.start()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(platform.stop)
+        yield Harness(platform, stack)
+
+
+async def until(predicate: Callable[[], bool], node: NodeSession) -> None:
+    """Wait for a condition that a change of ``node`` (a netmap, the session going up or down) makes true."""
+    async with asyncio.timeout(WAIT), contextlib.aclosing(node.subscribe()) as updates:
+        async for _ in updates:
+            if predicate():
+                return
+    assert predicate(), "the session ended before the condition held"
+
+
+async def sees(node: NodeSession, peer: NodeSession) -> None:
+    await until(lambda: peer.node_id in node.peers, node)
+
+
+def hello_routes() -> list[web.RouteDef]:
+    async def hello(request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "remote": request.remote,
+                "path": request.transport.get_extra_info("mesh_path") if request.transport else None,
+            }
+        )
+
+    async def upload(request: web.Request) -> web.Response:
+        body = await request.read()
+        return web.json_response({"received": len(body)})
+
+    async def download(request: web.Request) -> web.Response:
+        return web.Response(body=b"d" * int(request.query["size"]))
+
+    return [web.get("/hello", hello), web.post("/upload", upload), web.get("/download", download)]
+
+
+@dataclass
+class TLSMaterial:
+    ca: tls.CertPair
+    serving: tls.CertPair
+
+
+@pytest.fixture(scope="module")
+def material() -> TLSMaterial:
+    ca = tls.make_ca("mesh-test-ca")
+    return TLSMaterial(ca, tls.issue_serving(ca, ["127.0.0.1"]))
+
+
+# -- registration and netmaps ----------------------------------------------------------------------------
+
+
+async def test_nodes_register_and_see_each_other(mesh: Harness) -> None:
+    a = await mesh.node("key-a", "tenant-a-0")
+    b = await mesh.node("key-b", "tenant-b-0")
+    await sees(a, b)
+    await sees(b, a)
+    peer = a.peers[b.node_id or ""]
+    assert peer.name == "tenant-b-0"
+    assert peer.identity == "loft:vcluster:p-default:tenant-b"
+    assert peer.labels["tenant"] == "b"
+    assert a.node_id not in a.peers
+    nodes = {n.id: n for n in mesh.platform.coord.nodes()}
+    assert nodes[a.node_id or ""].online and nodes[b.node_id or ""].online
+    assert nodes[a.node_id or ""].coordinator_id == mesh.platform.coord.instance_id
+    assert [c.type for c in mesh.platform.changes] == ["online", "online"]
+
+
+async def test_endpoint_changes_are_pushed(mesh: Harness) -> None:
+    a = await mesh.node("key-a", "a")
+    b = await mesh.node("key-b", "b")
+    await sees(a, b)
+    b.set_endpoints(["127.0.0.1:4443"])
+    await until(lambda: a.peers[b.node_id or ""].endpoints == ("127.0.0.1:4443",), a)
+    assert mesh.platform.changes[-1].type == "updated"
+
+
+async def test_visibility_policy_limits_netmaps_and_the_relay() -> None:
+    platform = Platform(policy=same_label("project"))
+    await platform.start()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(platform.stop)
+        h = Harness(platform, stack)
+        a = await h.node("key-a", "a")
+        b = await h.node("key-b", "b")
+        c = await h.node("key-c", "c", serve=stream_protocol_factory(echo))
+        await sees(a, b)
+        assert c.node_id not in a.peers and list(c.peers) == []
+        with pytest.raises(DialError, match="unknown peer"):
+            await a.open_relayed(c.node_id or "")
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("", "no auth key provided"),
+        ("key-disabled", "invalid access key: disabled"),
+        ("key-expired", "invalid access key: expired"),
+        ("key-deleted", "invalid access key: not found"),
+    ],
+)
+async def test_refused_keys_stop_the_session(mesh: Harness, key: str, message: str) -> None:
+    node = await mesh.node(key, "x", ready=False)
+    async with asyncio.timeout(WAIT):
+        with pytest.raises(RegistrationError) as info:
+            await node.wait_ready()
+    assert str(info.value) == message
+    assert node.state == "failed" and node.registrations == 0
+
+
+async def test_revoked_key_disconnects_for_good(mesh: Harness) -> None:
+    a = await mesh.node("key-a", "a")
+    closed = mesh.platform.coord.disconnect(
+        lambda n: n.identity.endswith("tenant-a"), "invalid access key: disabled"
+    )
+    assert closed == 1
+    await until(lambda: a.state == "failed", a)
+    assert str(a.failure) == "invalid access key: disabled"
+
+
+async def test_authentication_outage_is_retried(mesh: Harness) -> None:
+    calls = 0
+
+    async def flaky(key: str) -> NodeIdentity:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("platform API unavailable")
+        return await authenticate(key)
+
+    mesh.platform.coord._authenticate = flaky
+    node = await mesh.node("key-a", "a")
+    assert node.registrations == 1 and calls == 2
+
+
+async def test_probe(mesh: Harness) -> None:
+    node = NodeSession(mesh.platform.url, "key-a", hostname="a", settings=SETTINGS, environ={})
+    mesh.stack.push_async_callback(node.close)
+    assert await node.probe()
+    async with aiohttp.ClientSession() as http, http.get(mesh.platform.url + "/derp/probe") as resp:
+        assert resp.status == 200 and await resp.text() == "ok"
+    dead = NodeSession("http://127.0.0.1:9", "key-a", hostname="a", settings=SETTINGS, environ={})
+    mesh.stack.push_async_callback(dead.close)
+    assert not await dead.probe()
+
+
+# -- relayed and direct dials ------------------------------------------------------------------------------
+
+
+async def echo(stream: Stream) -> None:
+    while data := await stream.read(65536):
+        await stream.write(data)
+
+
+async def test_relayed_http_request(mesh: Harness) -> None:
+    runner = await mesh.http_app(hello_routes())
+    b = await mesh.node("key-b", "b", serve=runner.server)
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    dialer = Dialer(a, environ={})
+    http = await mesh.client(dialer)
+    url = f"http://{b.node_id}"
+    async with http.get(url + "/hello") as resp:
+        assert resp.status == 200
+        # The server learns the caller from the relay: the opener's node id, not an address.
+        assert await resp.json() == {"remote": a.node_id, "path": "relay"}
+    async with http.post(url + "/upload", data=io.BytesIO(b"u" * 1_500_000)) as resp:
+        assert (await resp.json())["received"] == 1_500_000
+    async with http.get(url + "/download", params={"size": "2000000"}) as resp:
+        assert len(await resp.read()) == 2_000_000
+    results = await asyncio.gather(*(http.get(url + "/hello") for _ in range(20)))
+    for resp in results:
+        assert resp.status == 200
+        resp.release()
+    assert set(dialer.paths_used) == {"relay"}
+
+
+async def test_relayed_stream_echo_and_half_close(mesh: Harness) -> None:
+    b = await mesh.node("key-b", "b", serve=stream_protocol_factory(echo))
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    stream = await a.open_relayed(b.node_id or "")
+    assert stream.path == "relay"
+    await stream.write(b"ping")
+    assert await stream.readexactly(4) == b"ping"
+    await stream.write_eof()
+    assert await stream.read() == b""  # the echo handler returned and closed its side
+    await stream.close()
+
+
+async def test_dial_to_an_unknown_peer_or_a_refusing_node(mesh: Harness) -> None:
+    b = await mesh.node("key-b", "b")  # serves nothing
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    dialer = Dialer(a, environ={})
+    with pytest.raises(DialError, match="not in the netmap"):
+        await dialer.dial("n-nobody")
+    with pytest.raises(DialError, match="does not accept relayed streams"):
+        await dialer.dial(b.node_id or "")
+
+
+async def test_direct_dial_is_preferred(mesh: Harness, material: TLSMaterial) -> None:
+    runner = await mesh.http_app(hello_routes())
+    listener = DirectListener(runner.server, tls_server_context(material.serving))
+    endpoints = await listener.start()
+    mesh.stack.push_async_callback(listener.close)
+    b = await mesh.node("key-b", "b", serve=runner.server, endpoints=endpoints)
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    settings = SETTINGS.model_copy(update={"direct_ca_pem": material.ca.cert_pem.decode()})
+    dialer = Dialer(a, settings, environ={})
+    stream = await dialer.dial(b.node_id or "")
+    assert stream.path == "direct"
+    stream.abort()
+    http = await mesh.client(dialer)
+    async with http.get(f"http://{b.node_id}/hello") as resp:
+        assert await resp.json() == {"remote": "127.0.0.1", "path": None}
+    assert set(dialer.paths_used) == {"direct"}
+
+
+async def test_direct_dialing_disabled_by_environment(mesh: Harness, material: TLSMaterial) -> None:
+    runner = await mesh.http_app(hello_routes())
+    listener = DirectListener(runner.server, tls_server_context(material.serving))
+    endpoints = await listener.start()
+    mesh.stack.push_async_callback(listener.close)
+    b = await mesh.node("key-b", "b", serve=runner.server, endpoints=endpoints)
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    settings = SETTINGS.model_copy(update={"direct_ca_pem": material.ca.cert_pem.decode()})
+    dialer = Dialer(a, settings, environ={"TS_DEBUG_DIAL_DIRECT": "false"})
+    http = await mesh.client(dialer)
+    async with http.get(f"http://{b.node_id}/hello") as resp:
+        assert (await resp.json())["path"] == "relay"
+    assert set(dialer.paths_used) == {"relay"}
+
+
+async def test_direct_dial_with_an_untrusted_certificate_falls_back(
+    mesh: Harness, material: TLSMaterial
+) -> None:
+    other_ca = tls.make_ca("someone-else")
+    runner = await mesh.http_app(hello_routes())
+    listener = DirectListener(runner.server, tls_server_context(tls.issue_serving(other_ca, ["127.0.0.1"])))
+    endpoints = await listener.start()
+    mesh.stack.push_async_callback(listener.close)
+    b = await mesh.node("key-b", "b", serve=runner.server, endpoints=endpoints)
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    settings = SETTINGS.model_copy(update={"direct_ca_pem": material.ca.cert_pem.decode()})
+    stream = await Dialer(a, settings, environ={}).dial(b.node_id or "")
+    assert stream.path == "relay"
+    await stream.close()
+
+
+async def test_dead_direct_endpoint_falls_back_to_the_relay(mesh: Harness, material: TLSMaterial) -> None:
+    # A listener that accepts TCP and never answers the TLS handshake: the dial hangs until the timeout.
+    accepted: list[asyncio.StreamWriter] = []
+    release = asyncio.Event()
+
+    async def black_hole(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        await release.wait()
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+    server = await asyncio.start_server(black_hole, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    b = await mesh.node("key-b", "b", serve=stream_protocol_factory(echo), endpoints=[f"127.0.0.1:{port}"])
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    settings = SETTINGS.model_copy(update={"direct_ca_pem": material.ca.cert_pem.decode()})
+    dialer = Dialer(a, settings, environ={})
+    try:
+        first = await dialer.dial(b.node_id or "")
+        assert first.path == "relay" and len(accepted) == 1
+        await first.write(b"x")
+        assert await first.readexactly(1) == b"x"
+        await first.close()
+        # The failed endpoint is remembered: the next dial goes straight to the relay.
+        second = await dialer.dial(b.node_id or "")
+        assert second.path == "relay" and len(accepted) == 1
+        await second.close()
+    finally:
+        release.set()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_slow_reader_does_not_stall_another_stream(mesh: Harness) -> None:
+    settings = SETTINGS.model_copy(
+        update={"initial_window_bytes": 32 * 1024, "write_buffer_high_bytes": 16 * 1024}
+    )
+    slow_may_read = asyncio.Event()
+    slow_got: list[int] = []
+
+    async def handler(stream: Stream) -> None:
+        kind = await stream.readexactly(4)
+        if kind == b"slow":
+            await slow_may_read.wait()
+            total = 0
+            while data := await stream.read(65536):
+                total += len(data)
+            slow_got.append(total)
+            await stream.write(str(total).encode())
+        else:
+            await echo(stream)
+
+    b = await mesh.node("key-b", "b", serve=stream_protocol_factory(handler), settings=settings)
+    a = await mesh.node("key-a", "a", settings=settings)
+    await sees(a, b)
+    slow = await a.open_relayed(b.node_id or "")
+    fast = await a.open_relayed(b.node_id or "")
+    payload = b"s" * 1_000_000
+
+    async def fill() -> None:
+        await slow.write(b"slow" + payload)
+        await slow.write_eof()
+
+    filler = asyncio.create_task(fill())
+    try:
+        await fast.write(b"fast")
+        chunk = b"f" * 100_000
+        for _ in range(10):  # 1 MB through the other stream while the first is stuck
+            await fast.write(chunk)
+            assert await fast.readexactly(len(chunk)) == chunk
+        # The slow stream's writer is still waiting for credit: what left it is bounded by the window
+        # plus what the receiving StreamReader buffers before it pauses (2 x its 64 KiB limit).
+        assert not filler.done()
+        sent = 1_000_004 - slow.writer.transport.get_write_buffer_size()
+        assert 0 < sent <= 32 * 1024 + 2 * 65536 + 65536
+        slow_may_read.set()
+        await filler
+        assert int(await slow.read()) == 1_000_000
+        assert slow_got == [1_000_000]
+    finally:
+        filler.cancel()
+        await slow.close()
+        await fast.close()
+
+
+# -- failures: restarts, drops, silence ------------------------------------------------------------------
+
+
+async def test_coordinator_restart_nodes_reconnect_by_themselves(mesh: Harness) -> None:
+    runner = await mesh.http_app(hello_routes())
+    b = await mesh.node("key-b", "b", serve=runner.server)
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    first_instance = mesh.platform.coord.instance_id
+    await mesh.platform.stop()
+    await until(lambda: not a.netmap.session_up, a)
+    assert a.netmap.session_down_since is not None
+    assert b.node_id in a.peers  # the last netmap is kept; staleness is the caller's decision
+    await mesh.platform.start()
+    await until(lambda: a.registrations == 2 and a.connected and b.node_id in a.peers, a)
+    await until(lambda: b.registrations == 2 and a.node_id in b.peers, b)
+    assert a.coordinator_id == mesh.platform.coord.instance_id != first_instance
+    http = await mesh.client(Dialer(a, environ={}))
+    async with http.get(f"http://{b.node_id}/hello") as resp:
+        assert resp.status == 200
+
+
+async def test_session_drop_marks_offline_and_keeps_last_seen(mesh: Harness) -> None:
+    a = await mesh.node("key-a", "a")
+    b = await mesh.node("key-b", "b")
+    await sees(a, b)
+    b_id = b.node_id or ""
+    await b.close()
+    await until(lambda: b_id not in a.peers, a)
+    info = mesh.platform.coord.node(b_id)
+    assert info is not None and not info.online and info.last_seen > 0
+    assert mesh.platform.changes[-1].type == "offline" and mesh.platform.changes[-1].node.id == b_id
+
+
+async def test_heartbeat_timeout_marks_a_silent_node_offline() -> None:
+    settings = SETTINGS.model_copy(update={"offline_timeout_seconds": 0.3})
+    platform = Platform(settings=settings)
+    await platform.start()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(platform.stop)
+        h = Harness(platform, stack)
+        watcher = await h.node("key-a", "watcher")
+        # A node that registers and then says nothing more (no heartbeats), over a raw WebSocket.
+        http = aiohttp.ClientSession()
+        stack.push_async_callback(http.close)
+        ws = await http.ws_connect(platform.url + "/coordinator/session")
+        stack.push_async_callback(ws.close)
+        hello = {"key": "key-b", "hostname": "silent", "labels": {}, "endpoints": []}
+        await ws.send_bytes(encode(control(FrameType.HELLO, hello)))
+        registered = await ws.receive()
+        assert registered.data[0] == FrameType.REGISTERED
+        await until(lambda: any(p.name == "silent" for p in watcher.peers.values()), watcher)
+        await until(lambda: not any(p.name == "silent" for p in watcher.peers.values()), watcher)
+        [silent] = [n for n in platform.coord.nodes() if n.name == "silent"]
+        assert not silent.online and silent.last_seen > 0
+        assert [c.type for c in platform.changes if c.node.name == "silent"] == ["online", "offline"]
+        # The healthy node, which heartbeats, stayed online throughout.
+        assert platform.coord.node(watcher.node_id or "") is not None
+        assert watcher.connected and watcher.registrations == 1
+
+
+async def test_a_second_session_for_the_same_node_replaces_the_first(mesh: Harness) -> None:
+    first = await mesh.node("key-a", "same")
+    second = await mesh.node("key-a", "same")
+    assert first.node_id == second.node_id
+    [info] = mesh.platform.coord.nodes()
+    assert info.online
+
+
+async def test_verbose_logs_follow_the_environment() -> None:
+    async def never(key: str) -> NodeIdentity:
+        raise AuthenticationError("unused")
+
+    assert Coordinator(never, environ={"LOFT_LOG_TSNET_CONTROL_PLANE": "true"}).verbose
+    assert not Coordinator(never, environ={"LOFT_LOG_TSNET_AGENT": "true"}).verbose
+    assert NodeSession("http://x", "k", hostname="h", environ={"LOFT_LOG_TSNET_AGENT": "true"}).verbose
+
+
+def _unused(*_: Any) -> Awaitable[None] | None:
+    return None
