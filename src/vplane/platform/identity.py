@@ -2,7 +2,7 @@
 answer the mesh coordinator gives a node that registers.
 
 The index maps key strings to AccessKey objects and is kept current from watch events, so checking a
-token is a dictionary lookup plus the pure :func:`vplane.platform.accesskeys.check`.
+token is a dictionary lookup plus the pure :func:`vplane.kube.accesskeys.check`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from vplane.apiserver.requestinfo import RequestInfo
 from vplane.apiserver.watch import WatchEvent
 from vplane.kube import errors
 from vplane.kube.objects import Obj
-from vplane.platform import accesskeys
-from vplane.platform.accesskeys import GROUP, Identity, KeyRejected
+from vplane.kube import accesskeys
+from vplane.kube.accesskeys import GROUP, Identity, KeyRejected
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer

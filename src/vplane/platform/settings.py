@@ -1,0 +1,33 @@
+"""Settings of the platform process; every timing and limit is a named field with its default."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PlatformSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    data_dir: Path
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 10443
+    """The platform's HTTPS port (management API, coordinator, DERP probe), as upstream's in-cluster port."""
+    instance_id: str = Field(default_factory=lambda: secrets.token_hex(6))
+    """This platform process; NetworkPeers record which instance owns a node's session."""
+    project_namespace_prefix: str = "p-"
+    tenant_ready_timeout_seconds: float = 60.0
+    """How long a tenant replica may take to serve before the platform reports it failed."""
+    tenant_restart_backoff_seconds: float = 1.0
+    tenant_restart_backoff_max_seconds: float = 30.0
+    token_review_ttl_seconds: float = 10.0
+    """Tenants cache the platform's answer about an access key this long (a disabled key stops working
+    within it)."""
+    resync_seconds: float = 30.0
+    """Controllers re-check every object this often even without events."""
+    apiserver: dict[str, object] = Field(default_factory=dict)
+    """Overrides for the platform's own API server settings (see APIServerSettings)."""
+    tenant_apiserver: dict[str, object] = Field(default_factory=dict)
+    """Overrides passed to every tenant replica's API server (``--set`` on ``vplane tenant start``)."""

@@ -1,0 +1,246 @@
+"""Tenant control planes as local processes: start, supervise, scale and remove them.
+
+Each tenant cluster gets a directory under the platform's data directory. Its replicas share one store
+file there (SQLite in shared mode) and its PKI, and each listens on a port recorded in ``ports.json``
+so addresses survive platform restarts. Replica 0 starts first because it creates the shared PKI; the
+others follow once it serves. A replica that exits is restarted with exponential back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from vplane.platform.settings import PlatformSettings
+
+log = structlog.get_logger("vplane.platform.tenants")
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    project: str
+    namespace: str
+    name: str
+    replicas: int
+    access_key: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass
+class Replica:
+    index: int
+    port: int
+    process: asyncio.subprocess.Process | None = None
+    ready: bool = False
+    task: asyncio.Task[None] | None = None
+    restarts: int = 0
+    serving: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class Tenant:
+    spec: TenantSpec
+    directory: Path
+    replicas: dict[int, Replica] = field(default_factory=dict)
+    failed: str = ""
+
+    @property
+    def ready_replicas(self) -> int:
+        return sum(1 for r in self.replicas.values() if r.ready)
+
+    def endpoints(self) -> list[str]:
+        return [f"https://127.0.0.1:{r.port}" for _, r in sorted(self.replicas.items())]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class TenantSupervisor:
+    def __init__(self, settings: PlatformSettings, platform_url: str, platform_ca: Path) -> None:
+        self.settings = settings
+        self.platform_url = platform_url
+        self.platform_ca = platform_ca
+        self.root = settings.data_dir / "tenants"
+        self.tenants: dict[tuple[str, str], Tenant] = {}
+        self.changed: asyncio.Event = asyncio.Event()
+        """Set when a replica becomes ready or fails, so the VCI controller updates status promptly."""
+
+    def directory(self, namespace: str, name: str) -> Path:
+        return self.root / namespace / name
+
+    def get(self, namespace: str, name: str) -> Tenant | None:
+        return self.tenants.get((namespace, name))
+
+    async def ensure(self, spec: TenantSpec) -> Tenant:
+        """Bring the tenant to ``spec.replicas`` running replicas (idempotent)."""
+        tenant = self.tenants.get(spec.key)
+        if tenant is None or tenant.spec.access_key != spec.access_key:
+            if tenant is not None:
+                await self._stop_all(tenant)
+            tenant = Tenant(spec, self.directory(spec.namespace, spec.name))
+            tenant.directory.mkdir(parents=True, exist_ok=True)
+            (tenant.directory / "access-key").write_text(spec.access_key)
+            (tenant.directory / "access-key").chmod(0o600)
+            self.tenants[spec.key] = tenant
+        tenant.spec = spec
+        ports = self._ports(tenant, spec.replicas)
+        for index in range(spec.replicas):
+            if index not in tenant.replicas:
+                replica = Replica(index, ports[index])
+                tenant.replicas[index] = replica
+                replica.task = asyncio.create_task(self._supervise(tenant, replica))
+        for index in [i for i in tenant.replicas if i >= spec.replicas]:
+            await self._stop(tenant.replicas.pop(index))
+        return tenant
+
+    def _ports(self, tenant: Tenant, replicas: int) -> list[int]:
+        path = tenant.directory / "ports.json"
+        ports: list[int] = json.loads(path.read_text()) if path.exists() else []
+        while len(ports) < replicas:
+            ports.append(free_port())
+        path.write_text(json.dumps(ports))
+        return ports
+
+    async def _supervise(self, tenant: Tenant, replica: Replica) -> None:
+        backoff = self.settings.tenant_restart_backoff_seconds
+        while True:
+            if replica.index > 0:
+                await self._wait_first_ready(tenant)
+            ready_file = tenant.directory / f"replica-{replica.index}.ready"
+            ready_file.unlink(missing_ok=True)
+            cmd = self._command(tenant, replica, ready_file)
+            log_path = tenant.directory / f"replica-{replica.index}.log"
+            with log_path.open("ab") as out:
+                replica.process = await asyncio.create_subprocess_exec(
+                    *cmd,
+                    stdout=out,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
+            log.info(
+                "started tenant replica",
+                tenant=tenant.spec.name,
+                project=tenant.spec.project,
+                replica=replica.index,
+                port=replica.port,
+                pid=replica.process.pid,
+            )
+            waiter = asyncio.create_task(replica.process.wait())
+            deadline = asyncio.get_running_loop().time() + self.settings.tenant_ready_timeout_seconds
+            while not waiter.done() and not ready_file.exists():
+                if asyncio.get_running_loop().time() > deadline:
+                    tenant.failed = (
+                        f"replica {replica.index} did not become ready within "
+                        f"{self.settings.tenant_ready_timeout_seconds:g}s"
+                    )
+                    self.changed.set()
+                    break
+                await asyncio.sleep(0.05)
+            if ready_file.exists() and not waiter.done():
+                replica.ready = True
+                replica.serving.set()
+                tenant.failed = ""
+                backoff = self.settings.tenant_restart_backoff_seconds
+                self.changed.set()
+            code = await waiter
+            replica.ready = False
+            replica.serving.clear()
+            replica.restarts += 1
+            self.changed.set()
+            log.warning(
+                "tenant replica exited",
+                tenant=tenant.spec.name,
+                replica=replica.index,
+                code=code,
+                restart_in=backoff,
+            )
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.settings.tenant_restart_backoff_max_seconds)
+
+    async def _wait_first_ready(self, tenant: Tenant) -> None:
+        await tenant.replicas[0].serving.wait()
+
+    def _command(self, tenant: Tenant, replica: Replica, ready_file: Path) -> list[str]:
+        spec = tenant.spec
+        cmd = [
+            sys.executable,
+            "-m",
+            "vplane.cli.main",
+            "tenant",
+            "start",
+            "--data-dir",
+            str(tenant.directory),
+            "--name",
+            spec.name,
+            "--project",
+            spec.project,
+            "--project-namespace",
+            spec.namespace,
+            "--replica",
+            str(replica.index),
+            "--replicas",
+            str(spec.replicas),
+            "--listen",
+            f"127.0.0.1:{replica.port}",
+            "--platform-url",
+            self.platform_url,
+            "--platform-ca",
+            str(self.platform_ca),
+            "--access-key-file",
+            str(tenant.directory / "access-key"),
+            "--ready-file",
+            str(ready_file),
+            "--set",
+            f"token_review_ttl_seconds={self.settings.token_review_ttl_seconds}",
+        ]
+        for name, value in self.settings.tenant_apiserver.items():
+            cmd += ["--apiserver-set", f"{name}={value}"]
+        return cmd
+
+    async def _stop(self, replica: Replica) -> None:
+        if replica.task is not None:
+            replica.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await replica.task
+        process = replica.process
+        if process is not None and process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        replica.ready = False
+
+    async def _stop_all(self, tenant: Tenant) -> None:
+        for replica in list(tenant.replicas.values()):
+            await self._stop(replica)
+        tenant.replicas.clear()
+
+    async def remove(self, namespace: str, name: str) -> None:
+        """Stop every replica and delete the tenant's data."""
+        tenant = self.tenants.pop((namespace, name), None)
+        if tenant is not None:
+            await self._stop_all(tenant)
+        directory = self.directory(namespace, name)
+        await asyncio.to_thread(shutil.rmtree, directory, True)
+
+    async def close(self) -> None:
+        for tenant in list(self.tenants.values()):
+            await self._stop_all(tenant)

@@ -1,0 +1,126 @@
+"""One replica of a tenant control plane.
+
+It is a vplane API server on the tenant's shared store, that accepts platform access keys (reviewed by
+the platform), joins the platform's mesh as a node, and takes part in leader election with the other
+replicas: the leader runs the controllers that must run once per tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import structlog
+
+from vplane.apiserver.context import RequestContext
+from vplane.apiserver.server import APIServer
+from vplane.apiserver.settings import APIServerSettings
+from vplane.controllers.client import KubeClient
+from vplane.controllers.leaderelection import LeaderElector
+from vplane.kube import errors
+from vplane.kube.accesskeys import ADMINS_GROUP
+from vplane.tenant.identity import PlatformTokenReviewer
+from vplane.tenant.settings import TenantSettings
+
+log = structlog.get_logger("vplane.tenant")
+
+
+class TenantServer:
+    def __init__(self, settings: TenantSettings) -> None:
+        self.settings = settings
+        overrides = dict(settings.apiserver)
+        api_settings = APIServerSettings.model_validate(
+            {
+                "data_dir": settings.data_dir,
+                "listen_host": settings.listen_host,
+                "listen_port": settings.listen_port,
+                "shared_store": True,
+                "kubeconfig_name": f"kubeconfig-{settings.replica}.yaml",
+                **overrides,
+            }
+        )
+        self.api = APIServer(api_settings)
+        self.access_key = settings.access_key_file.read_text().strip()
+        self.reviewer = PlatformTokenReviewer(
+            settings.platform_url,
+            settings.platform_ca.read_bytes(),
+            self.access_key,
+            ttl=settings.token_review_ttl_seconds,
+        )
+        self.api.token_authenticators.append(self.reviewer)
+        self.elector: LeaderElector | None = None
+        self.client: KubeClient | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def url(self) -> str:
+        return self.api.url
+
+    async def start(self) -> None:
+        await self.api.start()
+        await self._bootstrap()
+        self.client = KubeClient.from_kubeconfig(self.api.kubeconfig_path, field_manager="vplane-tenant")
+        self.elector = LeaderElector(
+            self.client,
+            namespace="kube-system",
+            name=self.settings.lease_name,
+            identity=self.settings.identity,
+            settings=self.settings.leader_election,
+            on_started_leading=self._lead,
+            on_new_leader=lambda leader: log.info("new leader", leader=leader, tenant=self.settings.name),
+        )
+        self._tasks.append(asyncio.create_task(self._campaign()))
+        log.info(
+            "tenant control plane serving",
+            tenant=self.settings.name,
+            project=self.settings.project,
+            replica=self.settings.replica,
+            url=self.url,
+        )
+
+    async def _bootstrap(self) -> None:
+        """Platform administrators administer every tenant cluster."""
+        ctx: RequestContext = self.api.system_context()
+        rtype = self.api.registry.get("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
+        assert rtype is not None
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "loft-admins"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": ADMINS_GROUP}],
+        }
+        if self.api.objects.get(rtype, "", "loft-admins") is None:
+            with contextlib.suppress(errors.StatusError):
+                await self.api.objects.create(ctx, rtype, "", binding)
+
+    async def _campaign(self) -> None:
+        assert self.elector is not None
+        while True:
+            try:
+                await self.elector.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("leader election failed; retrying", tenant=self.settings.name)
+            await asyncio.sleep(self.settings.leader_election.retry_period)
+
+    async def _lead(self) -> None:
+        """Work only the leader does (the resource proxy's APIService registration comes here)."""
+        log.info("became leader", tenant=self.settings.name, identity=self.settings.identity)
+        await asyncio.Event().wait()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.client is not None:
+            await self.client.close()
+        await self.reviewer.close()
+        await self.api.stop()

@@ -1,0 +1,39 @@
+"""Settings of one tenant control-plane replica."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vplane.controllers.leaderelection import LeaderElectionSettings
+
+
+class TenantSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    data_dir: Path
+    name: str
+    project: str
+    project_namespace: str
+    replica: int = 0
+    replicas: int = 1
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 0
+    platform_url: str
+    platform_ca: Path
+    access_key_file: Path
+    token_review_ttl_seconds: float = 10.0
+    """Platform answers about access keys are cached this long."""
+    leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+    """Lease ``vcluster-<name>-controller`` in kube-system: 60 s / 40 s / 15 s as upstream's chart."""
+    apiserver: dict[str, object] = Field(default_factory=dict)
+    """Overrides for this replica's API server settings."""
+
+    @property
+    def lease_name(self) -> str:
+        return f"vcluster-{self.name}-controller"
+
+    @property
+    def identity(self) -> str:
+        return f"{self.name}-{self.replica}"
