@@ -280,16 +280,13 @@ async def propagation_bench(url: str, ctx: Any, args: argparse.Namespace) -> dic
         for j in range(args.joins):
             hostname = f"joiner-{j}"
             node_id = node_id_for("bench-joiner", hostname)
+            joiner = NodeSession(url, "bench-joiner", hostname=hostname, ssl_context=ctx, environ={})
+            registration = asyncio.create_task(registered_at(joiner))
             for present, samples in ((True, joins), (False, leaves)):
                 marked.clear()
                 target.update(id=node_id, present=present, done=asyncio.Event())
                 target["t0"] = time.perf_counter()
-                if present:
-                    joiner = NodeSession(url, "bench-joiner", hostname=hostname, ssl_context=ctx, environ={})
-                    registration = asyncio.create_task(registered_at(joiner))
-                    await joiner.start()
-                else:
-                    await joiner.close()
+                await (joiner.start() if present else joiner.close())
                 for index, node in enumerate(subscribers):
                     check(index, node.peers)
                 async with asyncio.timeout(30):
@@ -373,7 +370,8 @@ def write_out(out: Path, text: str) -> None:
     if BEGIN in current and END in current:
         current = current[: current.index(BEGIN)] + block + current[current.index(END) + len(END) :]
     else:
-        current = current + ("\n" if current and not current.endswith("\n") else "") + "\n" + block + "\n"
+        separator = "" if not current else "\n" if current.endswith("\n") else "\n\n"
+        current = current + separator + block + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(current)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import ssl
 import urllib.error
 import urllib.request
@@ -58,7 +59,8 @@ def whoami(result_stdout: str) -> dict[str, str]:
     """`kubectl auth whoami` table as {attribute: value}."""
     lines = result_stdout.strip().splitlines()
     assert lines[0].split() == ["ATTRIBUTE", "VALUE"], result_stdout
-    return {line.split(None, 1)[0]: line.split(None, 1)[1].strip() for line in lines[1:]}
+    rows = [re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in lines[1:]]
+    return {key: value for key, value in rows}
 
 
 # -- M25: authentication ---------------------------------------------------------------------------
@@ -137,11 +139,24 @@ def test_impersonated_groups_grant_access(kubectl: Kubectl, namespace: str) -> N
         "get", "cm", "-n", namespace, "--as=alice", "--as-group=system:masters", "-o", "name"
     )
     assert result.stdout == "configmap/c1\n"
-    result = kubectl.run("auth", "whoami", "--as=alice", "--as-group=devs", "--as-group=ops", "--as-uid=123")
-    info = whoami(result.stdout)
-    assert info["Username"] == "alice"
-    assert info["UID"] == "123"
-    assert info["Groups"] == "[devs ops system:authenticated]"
+    result = kubectl.run(
+        "auth",
+        "whoami",
+        "--as=alice",
+        "--as-group=devs",
+        "--as-group=ops",
+        "--as-uid=123",
+        "--as-user-extra=reason=testing",
+        "--as-user-extra=reason=more",
+        "--as-user-extra=scopes.example.com/x=y",
+    )
+    assert whoami(result.stdout) == {
+        "Username": "alice",
+        "UID": "123",
+        "Groups": "[devs ops system:authenticated]",
+        "Extra: reason": "[testing more]",
+        "Extra: scopes.example.com/x": "[y]",
+    }
 
 
 def test_impersonation_needs_the_impersonate_verb(kubectl: Kubectl, namespace: str) -> None:

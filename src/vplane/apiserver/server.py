@@ -86,7 +86,8 @@ class APIServer:
         self.resource_interceptors: list[Interceptor] = []
         """Hooks that may answer a resource request before the local registry (API aggregation)."""
         self.public_routes: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {}
-        """Paths served before authentication (the mesh's DERP probe and its own key-authenticated session)."""
+        """Paths served before authentication (the mesh's DERP probe and its own key-authenticated session);
+        a key ending in ``/`` matches every path under it."""
         self.path_prefixes: list[str] = []
         """Prefixes stripped before routing (the platform serves its API under /kubernetes/management too)."""
         self.subresource_handlers: dict[tuple[str, str, str], SubresourceHandler] = {}
@@ -360,6 +361,11 @@ class APIServer:
                 break
         path = request.path
         public = self.public_routes.get(path)
+        if public is None:
+            for prefix, route in self.public_routes.items():
+                if prefix.endswith("/") and path.startswith(prefix):
+                    public = route
+                    break
         if public is not None:
             return await public(request)
         user = await self.authenticate(request)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -54,6 +55,234 @@ def apiserver(data_dir: Path, listen: str, overrides: tuple[str, ...], ready_fil
         click.echo(f"  kubectl --kubeconfig {server.kubeconfig_path} get namespaces")
 
     run_until_signalled(start, server.stop, ready_file, lambda: server.url)
+
+
+# -- platform ------------------------------------------------------------------------------------------
+
+
+@main.group()
+def platform() -> None:
+    """The platform: management API, mesh coordinator, tenant clusters."""
+
+
+@platform.command("start")
+@click.option("--data-dir", required=True, type=click.Path(path_type=Path))
+@click.option("--listen", default="127.0.0.1:10443", show_default=True, help="HOST:PORT (port 0 picks one).")
+@click.option(
+    "--set", "overrides", multiple=True, metavar="NAME=VALUE", help="Override a PlatformSettings field."
+)
+@click.option("--ready-file", type=click.Path(path_type=Path), default=None)
+def platform_start(data_dir: Path, listen: str, overrides: tuple[str, ...], ready_file: Path | None) -> None:
+    """Run the platform."""
+    from vplane.platform.server import Platform
+    from vplane.platform.settings import PlatformSettings
+
+    host, port = parse_listen(listen)
+    settings = build_settings(
+        PlatformSettings, {"data_dir": data_dir, "listen_host": host, "listen_port": port}, overrides
+    )
+    server = Platform(settings)
+
+    async def start() -> None:
+        await server.start()
+        click.echo(f"vplane platform: {server.url}")
+        click.echo(f"  kubectl --kubeconfig {server.management_kubeconfig} get projects")
+
+    run_until_signalled(start, server.stop, ready_file, lambda: server.url)
+
+
+@platform.command("login")
+@click.argument("url")
+@click.option("--access-key", required=True)
+@click.option("--ca-file", required=True, type=click.Path(exists=True, path_type=Path))
+def platform_login(url: str, access_key: str, ca_file: Path) -> None:
+    """Remember a platform and an access key for `vplane connect`."""
+    from vplane.cli.userconfig import PlatformLogin
+
+    path = PlatformLogin(url, access_key, ca_file.read_bytes()).save()
+    click.echo(f"saved platform login to {path}")
+
+
+@platform.command("connect")
+@click.argument("target", type=click.Choice(["management"]))
+@click.option(
+    "--kubeconfig",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="File to add the context to (default: $KUBECONFIG or ~/.kube/config).",
+)
+@click.option("--print", "print_only", is_flag=True, help="Print a kubeconfig instead of changing a file.")
+def platform_connect(target: str, kubeconfig: Path | None, print_only: bool) -> None:
+    """Add a kubectl context for the platform's management API and switch to it."""
+    import yaml
+
+    from vplane.cli import userconfig
+
+    login = _login()
+    name = userconfig.management_context()
+    if print_only:
+        doc = userconfig.kubeconfig_doc([(name, login.url, login.ca_pem, login.access_key)], name)
+        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+        return
+    path = kubeconfig or userconfig.default_kubeconfig()
+    userconfig.merge_context(path, name, login.url, login.ca_pem, login.access_key)
+    click.echo(f'Switched to context "{name}" in {path}')
+
+
+def _login() -> Any:
+    from vplane.cli.userconfig import PlatformLogin
+
+    try:
+        return PlatformLogin.load()
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+# -- tenant --------------------------------------------------------------------------------------------
+
+
+@main.group()
+def tenant() -> None:
+    """Tenant control planes (started by the platform)."""
+
+
+@tenant.command("start")
+@click.option("--data-dir", required=True, type=click.Path(path_type=Path))
+@click.option("--name", required=True)
+@click.option("--project", required=True)
+@click.option("--project-namespace", required=True)
+@click.option("--replica", type=int, default=0, show_default=True)
+@click.option("--replicas", type=int, default=1, show_default=True)
+@click.option("--listen", default="127.0.0.1:0", show_default=True)
+@click.option("--platform-url", required=True)
+@click.option("--platform-ca", required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--access-key-file", required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--set", "overrides", multiple=True, metavar="NAME=VALUE", help="Override a TenantSettings field."
+)
+@click.option(
+    "--apiserver-set",
+    "api_overrides",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override an APIServerSettings field of this replica.",
+)
+@click.option("--ready-file", type=click.Path(path_type=Path), default=None)
+def tenant_start(
+    data_dir: Path,
+    name: str,
+    project: str,
+    project_namespace: str,
+    replica: int,
+    replicas: int,
+    listen: str,
+    platform_url: str,
+    platform_ca: Path,
+    access_key_file: Path,
+    overrides: tuple[str, ...],
+    api_overrides: tuple[str, ...],
+    ready_file: Path | None,
+) -> None:
+    """Run one replica of a tenant control plane."""
+    import yaml
+
+    from vplane.tenant.server import TenantServer
+    from vplane.tenant.settings import TenantSettings
+
+    host, port = parse_listen(listen)
+    api: dict[str, Any] = {}
+    for item in api_overrides:
+        key, _, raw = item.partition("=")
+        api[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw else ""
+    settings = build_settings(
+        TenantSettings,
+        {
+            "data_dir": data_dir,
+            "name": name,
+            "project": project,
+            "project_namespace": project_namespace,
+            "replica": replica,
+            "replicas": replicas,
+            "listen_host": host,
+            "listen_port": port,
+            "platform_url": platform_url,
+            "platform_ca": platform_ca,
+            "access_key_file": access_key_file,
+            "apiserver": api,
+        },
+        overrides,
+    )
+    server = TenantServer(settings)
+    run_until_signalled(server.start, server.stop, ready_file, lambda: server.url)
+
+
+# -- connect and up ------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("name")
+@click.option("--driver", type=click.Choice(["platform"]), default="platform", show_default=True)
+@click.option("--project", default="default", show_default=True)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="File to add the context to (default: $KUBECONFIG or ~/.kube/config).",
+)
+@click.option("--print", "print_only", is_flag=True, help="Print a kubeconfig instead of changing a file.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def connect(
+    name: str, driver: str, project: str, kubeconfig: Path | None, print_only: bool, command: tuple[str, ...]
+) -> None:
+    """Connect to tenant cluster NAME through the platform; with `-- COMMAND ...`, run COMMAND against it."""
+    import os
+    import subprocess
+    import tempfile
+
+    import yaml
+
+    from vplane.cli import userconfig
+
+    login = _login()
+    context = userconfig.tenant_context(name, project)
+    server = userconfig.tenant_server(login, name, project)
+    doc = userconfig.kubeconfig_doc([(context, server, login.ca_pem, login.access_key)], context)
+    if command:
+        with tempfile.TemporaryDirectory(prefix="vplane-connect-") as tmp:
+            path = Path(tmp) / "kubeconfig.yaml"
+            userconfig.write_kubeconfig(path, doc)
+            env = {**os.environ, "KUBECONFIG": str(path)}
+            code = subprocess.run(list(command), env=env).returncode
+        raise SystemExit(code)
+    if print_only:
+        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+        return
+    path = kubeconfig or userconfig.default_kubeconfig()
+    userconfig.merge_context(path, context, server, login.ca_pem, login.access_key)
+    click.echo(f'Switched to context "{context}" in {path}')
+
+
+@main.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where everything lives (default: $VPLANE_HOME/up, i.e. ~/.vplane/up).",
+)
+@click.option("--listen", default="127.0.0.1:10443", show_default=True, help="The platform's HOST:PORT.")
+@click.option(
+    "--set", "overrides", multiple=True, metavar="NAME=VALUE", help="Override a PlatformSettings field."
+)
+@click.option("--ready-file", type=click.Path(path_type=Path), default=None)
+def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_file: Path | None) -> None:
+    """Start the platform with two tenant clusters, `client` and `target`, in project `default`."""
+    from vplane.cli import userconfig
+    from vplane.cli.up import Up
+
+    host, port = parse_listen(listen)
+    data = data_dir or userconfig.home() / "up"
+    runner = Up(data, host, port, overrides)
+    run_until_signalled(runner.start, runner.stop, ready_file, lambda: runner.kubeconfig.as_posix())
 
 
 if __name__ == "__main__":

@@ -85,12 +85,12 @@ def check(key: Obj, now: float, parse_time: Callable[[str], float | None]) -> No
     """Raise :class:`KeyRejected` when ``key`` is disabled or expired."""
     spec = key.get("spec") or {}
     if spec.get("disabled"):
-        raise KeyRejected("access key is disabled")
+        raise KeyRejected("disabled")
     ttl = spec.get("ttl")
     if isinstance(ttl, int) and ttl > 0:
         created = parse_time(str((key.get("metadata") or {}).get("creationTimestamp", "")))
         if created is not None and now >= created + ttl:
-            raise KeyRejected("access key expired")
+            raise KeyRejected("expired")
 
 
 def identity_of(key: Obj, user_groups: Callable[[str], list[str]]) -> Identity:

@@ -448,9 +448,12 @@ class Coordinator:
         except AuthenticationError as exc:
             await self._reject(ws, "unauthorized", str(exc), remote=remote, hostname=hostname)
             return None
-        except Exception as exc:
+        except Exception:
+            # Not the node's fault (the platform's API is down, say): it retries with backoff.
             log.exception("mesh authentication failed", remote=remote)
-            await self._reject(ws, "unavailable", f"cannot verify the access key now: {exc}", remote=remote)
+            await self._reject(
+                ws, "unavailable", "cannot verify the access key now; retry later", remote=remote
+            )
             return None
         if self._closing or ws.closed:
             return None

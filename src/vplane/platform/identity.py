@@ -19,10 +19,9 @@ from vplane.apiserver.objects import DeleteOptions
 from vplane.apiserver.registry import ResourceType
 from vplane.apiserver.requestinfo import RequestInfo
 from vplane.apiserver.watch import WatchEvent
-from vplane.kube import errors
-from vplane.kube.objects import Obj
-from vplane.kube import accesskeys
+from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import GROUP, Identity, KeyRejected
+from vplane.kube.objects import Obj
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -80,7 +79,7 @@ class AccessKeyIndex:
             raise KeyRejected(accesskeys.NO_KEY)
         obj = self.by_key.get(token)
         if obj is None:
-            raise KeyRejected("invalid access key: access key not found")
+            raise KeyRejected("invalid access key: not found")
         try:
             accesskeys.check(obj, self.server.clock(), timeutil.parse_time)
         except KeyRejected as exc:

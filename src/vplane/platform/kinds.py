@@ -13,9 +13,9 @@ from typing import Any
 from vplane.apiserver.controllers import CustomResourceStrategy
 from vplane.apiserver.registry import STATUS_VERBS, ResourceType, Subresource
 from vplane.kube import errors
+from vplane.kube.accesskeys import GROUP, VERSION
 from vplane.kube.errors import Cause
 from vplane.kube.objects import Obj
-from vplane.kube.accesskeys import GROUP, VERSION
 
 
 def _obj(properties: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -19,6 +19,9 @@ def configure(level: str | None = None, json_output: bool | None = None) -> None
         json_output = os.environ.get("VPLANE_LOG_FORMAT", "") == "json"
     numeric = getattr(logging, level_name, logging.INFO)
     logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s", force=True)
+    # Client libraries log every request at INFO; that is noise in a server's log.
+    for noisy in ("httpx", "httpcore", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(max(numeric, logging.WARNING))
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if json_output else structlog.dev.ConsoleRenderer(colors=False)
     )

@@ -1,0 +1,153 @@
+"""``vplane up``: the whole system on this machine.
+
+Starts the platform, makes sure project ``default`` and the tenant clusters ``client`` and ``target``
+exist, waits until they serve, writes one kubeconfig with a context for the management API and one
+per tenant cluster, remembers the platform for ``vplane connect``, and prints how to use it all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from vplane.cli import userconfig
+from vplane.cli.options import build_settings
+from vplane.controllers.client import KubeClient, Resource
+from vplane.kube import errors
+from vplane.kube.accesskeys import API_VERSION, project_namespace
+from vplane.platform.server import Platform
+from vplane.platform.settings import PlatformSettings
+
+PROJECTS = Resource(API_VERSION, "Project", "projects", False)
+VCIS = Resource(API_VERSION, "VirtualClusterInstance", "virtualclusterinstances", True)
+PROJECT = "default"
+TENANTS = ("client", "target")
+READY_TIMEOUT_SECONDS = 120.0
+
+
+class Up:
+    def __init__(self, data_dir: Path, host: str, port: int, overrides: tuple[str, ...]) -> None:
+        settings = build_settings(
+            PlatformSettings,
+            {"data_dir": data_dir / "platform", "listen_host": host, "listen_port": port},
+            overrides,
+        )
+        self.platform = Platform(settings)
+        self.data_dir = data_dir
+        self.kubeconfig = data_dir / "kubeconfig.yaml"
+
+    async def start(self) -> None:
+        platform = self.platform
+        await platform.start()
+        client = platform.client
+        assert client is not None
+        await _ensure(
+            client,
+            PROJECTS,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Project",
+                "metadata": {"name": PROJECT},
+                "spec": {"displayName": "Default"},
+            },
+        )
+        namespace = project_namespace(PROJECT, platform.settings.project_namespace_prefix)
+        await _wait_namespace(client, namespace)
+        for name in TENANTS:
+            await _ensure(
+                client,
+                VCIS,
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "VirtualClusterInstance",
+                    "metadata": {
+                        "name": name,
+                        "namespace": namespace,
+                        "labels": {"loft.sh/project": PROJECT},
+                    },
+                    "spec": {
+                        "displayName": name,
+                        "template": {"helmRelease": {"values": ""}},
+                        "networkPeer": True,
+                    },
+                },
+                namespace,
+            )
+        await _wait_ready(client, namespace, TENANTS)
+        login = userconfig.PlatformLogin(platform.url, platform.admin_key, platform.ca_path.read_bytes())
+        login.save()
+        entries = [(userconfig.management_context(), platform.url, login.ca_pem, login.access_key)]
+        entries += [
+            (
+                userconfig.tenant_context(n, PROJECT),
+                userconfig.tenant_server(login, n, PROJECT),
+                login.ca_pem,
+                login.access_key,
+            )
+            for n in TENANTS
+        ]
+        userconfig.write_kubeconfig(self.kubeconfig, userconfig.kubeconfig_doc(entries, entries[1][0]))
+        _print_usage(platform.url, self.kubeconfig)
+
+    async def stop(self) -> None:
+        await self.platform.stop()
+
+
+async def _ensure(
+    client: KubeClient, resource: Resource, obj: dict[str, object], namespace: str | None = None
+) -> None:
+    try:
+        await client.create(resource, obj, namespace=namespace)
+    except errors.StatusError as exc:
+        if exc.code != 409:
+            raise
+
+
+async def _wait_namespace(client: KubeClient, namespace: str) -> None:
+    from vplane.controllers.client import NAMESPACES
+
+    deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
+    while True:
+        try:
+            await client.get(NAMESPACES, namespace)
+            return
+        except errors.StatusError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def _wait_ready(client: KubeClient, namespace: str, names: tuple[str, ...]) -> None:
+    deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
+    pending = set(names)
+    while pending:
+        for name in sorted(pending):
+            vci = await client.get(VCIS, name, namespace=namespace)
+            phase = (vci.get("status") or {}).get("phase")
+            if phase == "Ready":
+                pending.discard(name)
+            elif phase == "Failed":
+                raise click.ClickException(
+                    f"tenant cluster {name} failed: {(vci.get('status') or {}).get('message')}"
+                )
+        if pending:
+            if asyncio.get_running_loop().time() > deadline:
+                raise click.ClickException(f"tenant clusters not ready in time: {', '.join(sorted(pending))}")
+            await asyncio.sleep(0.2)
+
+
+def _print_usage(url: str, kubeconfig: Path) -> None:
+    echo = click.echo
+    echo("")
+    echo(f"vplane is up. Platform: {url}")
+    echo(f"Kubeconfig with a context for each part: {kubeconfig}")
+    echo(f"  export KUBECONFIG={kubeconfig}")
+    echo(f"  kubectl --context {userconfig.management_context()} get virtualclusterinstances -A")
+    for name in TENANTS:
+        echo(f"  kubectl --context {userconfig.tenant_context(name, PROJECT)} get namespaces")
+    echo("Or through the platform, as in the runbooks:")
+    echo(f"  vplane connect target --driver platform --project {PROJECT} -- kubectl get namespaces")
+    echo("  vplane platform connect management")
+    echo("Stop with Ctrl-C.")

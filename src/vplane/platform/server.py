@@ -1,0 +1,296 @@
+"""The platform process: a vplane API server serving ``management.loft.sh/v1``, the mesh coordinator and
+relay (``/coordinator/session``, ``/derp/probe``), access keys and identities, and the controllers that
+turn Projects and VirtualClusterInstances into namespaces and running tenant control planes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from vplane.apiserver import timeutil
+from vplane.apiserver.server import APIServer, write_kubeconfig
+from vplane.apiserver.settings import APIServerSettings
+from vplane.controllers.client import KubeClient, Resource
+from vplane.kube import accesskeys, errors
+from vplane.kube.accesskeys import API_VERSION, GROUP, KeyRejected
+from vplane.kube.objects import Obj
+from vplane.mesh.coordinator import AuthenticationError, Coordinator, NodeChange, NodeIdentity, NodeInfo
+from vplane.platform import kinds
+from vplane.platform.admission import PlatformAdmission
+from vplane.platform.controllers import ProjectController, VirtualClusterController
+from vplane.platform.identity import AccessKeyIndex, vci_key_name
+from vplane.platform.settings import PlatformSettings
+from vplane.platform.tenantproxy import PREFIX, TenantProxy
+from vplane.platform.tenants import TenantSupervisor
+
+log = structlog.get_logger("vplane.platform")
+
+ADMIN_USER = "admin"
+ADMIN_KEY_NAME = "admin"
+VCIS = Resource(API_VERSION, "VirtualClusterInstance", "virtualclusterinstances", True)
+
+
+class Platform:
+    def __init__(self, settings: PlatformSettings) -> None:
+        self.settings = settings
+        self.data_dir = settings.data_dir
+        api_settings = APIServerSettings.model_validate(
+            {
+                "data_dir": self.data_dir / "api",
+                "listen_host": settings.listen_host,
+                "listen_port": settings.listen_port,
+                **settings.apiserver,
+            }
+        )
+        self.api = APIServer(api_settings)
+        for rtype in kinds.management_types():
+            self.api.registry.add(rtype)
+        self.keys = AccessKeyIndex(self.api)
+        self.api.subresource_handlers[(GROUP, "virtualclusterinstances", "accesskey")] = (
+            self.keys.vci_accesskey
+        )
+        self.api.subresource_handlers[(GROUP, "clusters", "accesskey")] = self.keys.cluster_accesskey
+        self.api.admission.add(PlatformAdmission(self.api))
+        self.api.path_prefixes.append("/kubernetes/management")
+        self.coordinator = Coordinator(
+            self._authenticate_node,
+            self._on_node_change,
+            visible_peers=_visible_peers,
+            instance_id=settings.instance_id,
+        )
+        self.api.public_routes["/coordinator/session"] = self.coordinator.handle_session
+        self.api.public_routes["/derp/probe"] = self.coordinator.handle_probe
+        self.supervisor: TenantSupervisor | None = None
+        self.tenant_proxy: TenantProxy | None = None
+        self.client: KubeClient | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.admin_key = ""
+
+    @property
+    def url(self) -> str:
+        return self.api.url
+
+    @property
+    def management_kubeconfig(self) -> Path:
+        return self.data_dir / "management.yaml"
+
+    @property
+    def ca_path(self) -> Path:
+        return self.data_dir / "api" / "pki" / "ca.crt"
+
+    async def start(self) -> None:
+        await self.api.start()
+        self.keys.load()
+        await self._bootstrap()
+        await self.coordinator.start()
+        assert self.api.ca is not None
+        write_kubeconfig(
+            self.management_kubeconfig,
+            self.url,
+            self.api.ca.cert_pem,
+            self.admin_key,
+            "management",
+            ADMIN_USER,
+        )
+        self.client = KubeClient.from_kubeconfig(self.management_kubeconfig, field_manager="vplane-platform")
+        self.supervisor = TenantSupervisor(self.settings, self.url, self.ca_path)
+        supervisor = self.supervisor
+        self.tenant_proxy = TenantProxy(
+            supervisor.get,
+            lambda ns, name: supervisor.directory(ns, name) / "pki" / "ca.crt",
+            self.settings.project_namespace_prefix,
+        )
+        self.api.public_routes[PREFIX] = self.tenant_proxy.handle
+        projects = ProjectController(self.client, self.settings)
+        vcis = VirtualClusterController(self.client, self.settings, self.supervisor, self._vci_key)
+        self._tasks += [
+            asyncio.create_task(projects.controller.run()),
+            asyncio.create_task(vcis.controller.run()),
+            asyncio.create_task(vcis.watch_supervisor()),
+        ]
+        log.info(
+            "platform serving",
+            url=self.url,
+            kubeconfig=str(self.management_kubeconfig),
+            instance=self.settings.instance_id,
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.tenant_proxy is not None:
+            await self.tenant_proxy.close()
+        if self.supervisor is not None:
+            await self.supervisor.close()
+        await self.coordinator.close()
+        if self.client is not None:
+            await self.client.close()
+        await self.api.stop()
+
+    # -- bootstrap -------------------------------------------------------------------------------
+
+    async def _bootstrap(self) -> None:
+        """The admin user, its access key, and the platform's own RBAC."""
+        api = self.api
+        ctx = api.system_context()
+        users = api.registry.get(GROUP, "v1", "users")
+        keys = api.registry.get(GROUP, "v1", "accesskeys")
+        crbs = api.registry.get("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
+        assert users is not None and keys is not None and crbs is not None
+        if api.objects.get(users, "", ADMIN_USER) is None:
+            await api.objects.create(
+                ctx,
+                users,
+                "",
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "User",
+                    "metadata": {"name": ADMIN_USER},
+                    "spec": {
+                        "username": ADMIN_USER,
+                        "displayName": "Administrator",
+                        "groups": [accesskeys.ADMINS_GROUP],
+                    },
+                },
+            )
+        key = api.objects.get(keys, "", ADMIN_KEY_NAME)
+        if key is None:
+            key = await api.objects.create(
+                ctx,
+                keys,
+                "",
+                accesskeys.key_object(
+                    ADMIN_KEY_NAME,
+                    accesskeys.TYPE_USER,
+                    user=ADMIN_USER,
+                    display_name="admin (created by vplane)",
+                ),
+            )
+        self.admin_key = key["spec"]["key"]
+        for name, role, group in (
+            ("loft-admins", "cluster-admin", accesskeys.ADMINS_GROUP),
+            ("loft-vclusters-auth-delegator", "system:auth-delegator", accesskeys.VCLUSTERS_GROUP),
+        ):
+            if api.objects.get(crbs, "", name) is None:
+                await api.objects.create(
+                    ctx,
+                    crbs,
+                    "",
+                    {
+                        "apiVersion": "rbac.authorization.k8s.io/v1",
+                        "kind": "ClusterRoleBinding",
+                        "metadata": {"name": name},
+                        "roleRef": {
+                            "apiGroup": "rbac.authorization.k8s.io",
+                            "kind": "ClusterRole",
+                            "name": role,
+                        },
+                        "subjects": [
+                            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}
+                        ],
+                    },
+                )
+
+    async def _vci_key(self, namespace: str, name: str) -> str:
+        key = await self.keys.ensure_key(
+            vci_key_name(namespace, name),
+            accesskeys.TYPE_VCLUSTER,
+            accesskeys.vcluster_subject(namespace, name),
+            (accesskeys.ROLE_VCLUSTER,),
+            {"loft.sh/virtualcluster-instance": name, "loft.sh/project-namespace": namespace},
+        )
+        return str(key["spec"]["key"])
+
+    # -- mesh ------------------------------------------------------------------------------------
+
+    async def _authenticate_node(self, token: str) -> NodeIdentity:
+        try:
+            identity = self.keys.check(token)
+        except KeyRejected as exc:
+            raise AuthenticationError(str(exc)) from None
+        if not identity.has_role(accesskeys.ROLE_NETWORK_PEER):
+            raise AuthenticationError(
+                "invalid access key: its scope does not allow joining the platform network"
+            )
+        key = self.keys.by_name.get(identity.key_name) or {}
+        labels = dict((key.get("metadata") or {}).get("labels") or {})
+        kind = "vcluster" if identity.key_type == accesskeys.TYPE_VCLUSTER else "agent"
+        return NodeIdentity(identity.user, kind, labels)
+
+    async def _on_node_change(self, change: NodeChange) -> None:
+        """Mirror each mesh node as a NetworkPeer (online, lastSeen, owning platform instance)."""
+        api = self.api
+        rtype = api.registry.get(GROUP, "v1", "networkpeers")
+        assert rtype is not None
+        node = change.node
+        ctx = api.system_context()
+        if change.type == "removed":
+            with contextlib.suppress(errors.StatusError):
+                from vplane.apiserver.objects import DeleteOptions
+
+                await api.objects.delete(ctx, rtype, "", node.id, DeleteOptions("Background"))
+            return
+        desired = _network_peer(node)
+        current = api.objects.get(rtype, "", node.id)
+        try:
+            if current is None:
+                created = await api.objects.create(
+                    ctx, rtype, "", {k: v for k, v in desired.items() if k != "status"}
+                )
+                current = created
+            elif {k: current.get(k) for k in ("spec",)} != {"spec": desired["spec"]} or (
+                current["metadata"].get("annotations") or {}
+            ) != desired["metadata"]["annotations"]:
+
+                def mutate(obj: Obj) -> Obj:
+                    obj["spec"] = desired["spec"]
+                    obj["metadata"]["annotations"] = desired["metadata"]["annotations"]
+                    obj["metadata"]["labels"] = desired["metadata"]["labels"]
+                    return obj
+
+                current = await api.objects.guaranteed_update(ctx, rtype, "", node.id, mutate)
+            if (current.get("status") or {}) != desired["status"]:
+
+                def set_status(obj: Obj) -> Obj:
+                    obj["status"] = desired["status"]
+                    return obj
+
+                await api.objects.guaranteed_update(ctx, rtype, "", node.id, set_status, subresource="status")
+        except errors.StatusError as exc:
+            log.warning("could not record network peer", node=node.id, error=exc.message)
+
+
+def _visible_peers(node: NodeInfo, candidates: Any) -> list[NodeInfo]:
+    """Tenant control planes see every tenant control plane (which targets a tenant may use is checked by
+    platform RBAC when it registers a proxy target); agents see no one (they only talk to the platform)."""
+    if node.kind != "vcluster":
+        return []
+    return [c for c in candidates if c.kind == "vcluster"]
+
+
+def _network_peer(node: NodeInfo) -> Obj:
+    annotations = {
+        "loft.sh/network-peer-type": "vplane-mesh",
+        "loft.sh/coordinator-instance-id": node.coordinator_id,
+    }
+    labels = {k: v for k, v in node.labels.items() if "/" in k}
+    if node.kind == "agent":
+        annotations["loft.sh/cluster-name"] = node.identity.removeprefix("loft:cluster:")
+    status: Obj = {"online": node.online}
+    if not node.online:
+        status["lastSeen"] = timeutil.rfc3339(node.last_seen)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "NetworkPeer",
+        "metadata": {"name": node.id, "annotations": annotations, "labels": labels},
+        "spec": {"endpoints": list(node.endpoints), "addresses": [], "allowedIPs": []},
+        "status": status,
+    }

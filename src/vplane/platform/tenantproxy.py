@@ -1,0 +1,106 @@
+"""``/kubernetes/project/<project>/virtualcluster/<name>/...``: reach a tenant cluster through the platform.
+
+This is what ``vplane connect --driver platform`` kubeconfigs point at, so a user needs only the platform's
+address, its CA and their access key. The request is relayed as is (credentials included) to a ready
+replica of the tenant, which authenticates the access key with the platform and authorizes with its own
+RBAC; the platform adds nothing to the caller's identity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from vplane.kube import errors
+from vplane.kube.accesskeys import project_namespace
+from vplane.platform.tenants import Tenant
+from vplane.support.requestheader import HOP_BY_HOP
+
+PREFIX = "/kubernetes/project/"
+
+
+class TenantProxy:
+    def __init__(
+        self,
+        tenants: Callable[[str, str], Tenant | None],
+        ca_file: Callable[[str, str], Path],
+        namespace_prefix: str,
+    ) -> None:
+        self.tenants = tenants
+        self.ca_file = ca_file
+        self.namespace_prefix = namespace_prefix
+        self._sessions: dict[tuple[str, str], aiohttp.ClientSession] = {}
+
+    def _session(self, namespace: str, name: str) -> aiohttp.ClientSession:
+        session = self._sessions.get((namespace, name))
+        if session is None or session.closed:
+            ctx = ssl.create_default_context(cafile=str(self.ca_file(namespace, name)))
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx), auto_decompress=False)
+            self._sessions[(namespace, name)] = session
+        return session
+
+    async def close(self) -> None:
+        for session in self._sessions.values():
+            await session.close()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        from vplane.apiserver.server import status_response
+
+        try:
+            return await self._handle(request)
+        except errors.StatusError as exc:
+            return status_response(exc)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        parts = request.path[len(PREFIX) :].split("/", 3)
+        if len(parts) < 3 or parts[1] != "virtualcluster":
+            raise errors.not_found_path()
+        project, name = parts[0], parts[2]
+        rest = "/" + (parts[3] if len(parts) > 3 else "")
+        namespace = project_namespace(project, self.namespace_prefix)
+        tenant = self.tenants(namespace, name)
+        if tenant is None:
+            raise errors.not_found("virtualclusterinstances", name, "management.loft.sh")
+        replicas = [r for _, r in sorted(tenant.replicas.items()) if r.ready]
+        if not replicas:
+            raise errors.service_unavailable(
+                f'tenant cluster "{name}" in project "{project}" is not ready', 1
+            )
+        target = f"https://127.0.0.1:{replicas[0].port}{rest}"
+        if request.query_string:
+            target += "?" + request.query_string
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
+        body = await request.read() if request.can_read_body else None
+        session = self._session(namespace, name)
+        try:
+            upstream = await session.request(
+                request.method,
+                target,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+        except (aiohttp.ClientError, OSError) as exc:
+            raise errors.service_unavailable(f'tenant cluster "{name}" is unreachable: {exc}', 1) from None
+        async with upstream:
+            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for key, value in upstream.headers.items():
+                if key.lower() not in HOP_BY_HOP:
+                    resp.headers.add(key, value)
+            if upstream.content_length is None:
+                resp.enable_chunked_encoding()
+            else:
+                resp.content_length = upstream.content_length
+            await resp.prepare(request)
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
+                async for chunk in upstream.content.iter_any():
+                    await resp.write(chunk)
+            with contextlib.suppress(ConnectionResetError):
+                await resp.write_eof()
+            return resp
