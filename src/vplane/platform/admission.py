@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from vplane.apiserver.admission import AdmissionRequest
 from vplane.kube import errors
-from vplane.kube.accesskeys import GROUP
 from vplane.kube import tenantconfig as tenant_config
+from vplane.kube.accesskeys import GROUP
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer

@@ -20,11 +20,11 @@ from vplane.controllers.client import NAMESPACES, KubeClient, Resource
 from vplane.controllers.informer import Informer, split_key
 from vplane.controllers.reconciler import Controller
 from vplane.kube import errors
+from vplane.kube import tenantconfig as tenant_config
 from vplane.kube.accesskeys import API_VERSION, project_namespace
 from vplane.kube.objects import Obj
 from vplane.platform.settings import PlatformSettings
 from vplane.platform.tenants import TenantSpec, TenantSupervisor
-from vplane.kube import tenantconfig as tenant_config
 
 log = structlog.get_logger("vplane.platform.controllers")
 
