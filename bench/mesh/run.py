@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import os
 import signal
@@ -322,8 +323,12 @@ async def memory_bench(coordinator: Child, url: str, ctx: Any, idle: int) -> dic
             for i in range(start, min(idle, start + 100)):
                 nodes.append(NodeSession(url, f"idle-{i}", hostname=f"idle-{i}", ssl_context=ctx, environ={}))
                 await nodes[-1].start()
-            async with asyncio.timeout(60):
-                await asyncio.gather(*(n.wait_ready() for n in nodes))
+            try:
+                async with asyncio.timeout(120):
+                    await asyncio.gather(*(n.wait_ready() for n in nodes))
+            except TimeoutError:
+                states = collections.Counter(n.state for n in nodes)
+                raise SystemExit(f"idle sessions did not all register: {dict(states)}") from None
         await asyncio.sleep(1.0)
         after = coordinator.rss_kib()
     finally:

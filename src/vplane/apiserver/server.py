@@ -170,6 +170,13 @@ class APIServer:
         await self.store.close()
 
     @property
+    def web_server(self) -> web.Server:
+        """The aiohttp protocol factory serving this API, for other listeners (the mesh's direct and
+        relayed paths serve the same API)."""
+        assert self._runner is not None and self._runner.server is not None
+        return self._runner.server
+
+    @property
     def url(self) -> str:
         host = self.settings.listen_host
         if ":" in host:

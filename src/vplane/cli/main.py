@@ -167,6 +167,13 @@ def tenant() -> None:
     metavar="NAME=VALUE",
     help="Override an APIServerSettings field of this replica.",
 )
+@click.option(
+    "--mesh-set",
+    "mesh_overrides",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override a MeshSettings field of this replica.",
+)
 @click.option("--ready-file", type=click.Path(path_type=Path), default=None)
 def tenant_start(
     data_dir: Path,
@@ -181,6 +188,7 @@ def tenant_start(
     access_key_file: Path,
     overrides: tuple[str, ...],
     api_overrides: tuple[str, ...],
+    mesh_overrides: tuple[str, ...],
     ready_file: Path | None,
 ) -> None:
     """Run one replica of a tenant control plane."""
@@ -191,9 +199,11 @@ def tenant_start(
 
     host, port = parse_listen(listen)
     api: dict[str, Any] = {}
-    for item in api_overrides:
-        key, _, raw = item.partition("=")
-        api[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw else ""
+    mesh: dict[str, Any] = {}
+    for target, items in ((api, api_overrides), (mesh, mesh_overrides)):
+        for item in items:
+            key, _, raw = item.partition("=")
+            target[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw else ""
     settings = build_settings(
         TenantSettings,
         {

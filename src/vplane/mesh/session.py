@@ -657,6 +657,7 @@ class NodeSession:
             self._http = None
         if self.state != "failed":
             self.state = "closed"
+        self._set_session_up(False)
         self._publish()
 
     async def subscribe(self) -> AsyncIterator[Netmap]:

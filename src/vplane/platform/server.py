@@ -20,6 +20,7 @@ from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import API_VERSION, GROUP, KeyRejected
 from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import AuthenticationError, Coordinator, NodeChange, NodeIdentity, NodeInfo
+from vplane.mesh.settings import MeshSettings
 from vplane.platform import kinds
 from vplane.platform.admission import PlatformAdmission
 from vplane.platform.controllers import ProjectController, VirtualClusterController
@@ -27,6 +28,7 @@ from vplane.platform.identity import AccessKeyIndex, vci_key_name
 from vplane.platform.settings import PlatformSettings
 from vplane.platform.tenantproxy import PREFIX, TenantProxy
 from vplane.platform.tenants import TenantSupervisor
+from vplane.support import tls
 
 log = structlog.get_logger("vplane.platform")
 
@@ -61,6 +63,7 @@ class Platform:
             self._authenticate_node,
             self._on_node_change,
             visible_peers=_visible_peers,
+            settings=MeshSettings.model_validate(settings.mesh),
             instance_id=settings.instance_id,
         )
         self.api.public_routes["/coordinator/session"] = self.coordinator.handle_session
@@ -98,7 +101,8 @@ class Platform:
             ADMIN_USER,
         )
         self.client = KubeClient.from_kubeconfig(self.management_kubeconfig, field_manager="vplane-platform")
-        self.supervisor = TenantSupervisor(self.settings, self.url, self.ca_path)
+        mesh_ca = await asyncio.to_thread(_mesh_ca, self.data_dir / "mesh")
+        self.supervisor = TenantSupervisor(self.settings, self.url, self.ca_path, mesh_ca)
         supervisor = self.supervisor
         self.tenant_proxy = TenantProxy(
             supervisor.get,
@@ -266,6 +270,15 @@ class Platform:
                 await api.objects.guaranteed_update(ctx, rtype, "", node.id, set_status, subresource="status")
         except errors.StatusError as exc:
             log.warning("could not record network peer", node=node.id, error=exc.message)
+
+
+def _mesh_ca(directory: Path) -> tls.CertPair:
+    cert, key = directory / "ca.crt", directory / "ca.key"
+    if cert.exists():
+        return tls.CertPair.read(cert, key)
+    pair = tls.make_ca(tls.unique_ca_name("vplane-mesh-ca"))
+    pair.write(cert, key)
+    return pair
 
 
 def _visible_peers(node: NodeInfo, candidates: Any) -> list[NodeInfo]:

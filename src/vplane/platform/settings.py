@@ -29,5 +29,9 @@ class PlatformSettings(BaseModel):
     """Controllers re-check every object this often even without events."""
     apiserver: dict[str, object] = Field(default_factory=dict)
     """Overrides for the platform's own API server settings (see APIServerSettings)."""
+    mesh: dict[str, object] = Field(default_factory=dict)
+    """Overrides for the coordinator's MeshSettings (heartbeat, offline and GC timings, windows)."""
+    tenant_mesh: dict[str, object] = Field(default_factory=dict)
+    """Overrides for every tenant replica's MeshSettings (dial timeout, reconnect backoff, ...)."""
     tenant_apiserver: dict[str, object] = Field(default_factory=dict)
     """Overrides passed to every tenant replica's API server (``--set`` on ``vplane tenant start``)."""

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pathlib import Path
 import structlog
 
 from vplane.platform.settings import PlatformSettings
+from vplane.support import tls
 
 log = structlog.get_logger("vplane.platform.tenants")
 
@@ -43,6 +45,7 @@ class Replica:
     index: int
     port: int
     process: asyncio.subprocess.Process | None = None
+    pid: int | None = None
     ready: bool = False
     task: asyncio.Task[None] | None = None
     restarts: int = 0
@@ -72,8 +75,16 @@ def free_port() -> int:
 
 
 class TenantSupervisor:
-    def __init__(self, settings: PlatformSettings, platform_url: str, platform_ca: Path) -> None:
+    def __init__(
+        self,
+        settings: PlatformSettings,
+        platform_url: str,
+        platform_ca: Path,
+        mesh_ca: tls.CertPair | None = None,
+    ) -> None:
         self.settings = settings
+        self.mesh_ca = mesh_ca
+        """Issues the certificates tenants serve direct mesh dials with; peers verify against it."""
         self.platform_url = platform_url
         self.platform_ca = platform_ca
         self.root = settings.data_dir / "tenants"
@@ -97,6 +108,7 @@ class TenantSupervisor:
             tenant.directory.mkdir(parents=True, exist_ok=True)
             (tenant.directory / "access-key").write_text(spec.access_key)
             (tenant.directory / "access-key").chmod(0o600)
+            self._mesh_material(tenant.directory)
             self.tenants[spec.key] = tenant
         tenant.spec = spec
         ports = self._ports(tenant, spec.replicas)
@@ -108,6 +120,14 @@ class TenantSupervisor:
         for index in [i for i in tenant.replicas if i >= spec.replicas]:
             await self._stop(tenant.replicas.pop(index))
         return tenant
+
+    def _mesh_material(self, directory: Path) -> None:
+        if self.mesh_ca is None or (directory / "mesh.crt").exists():
+            return
+        (directory / "mesh-ca.crt").write_bytes(self.mesh_ca.cert_pem)
+        tls.issue_serving(self.mesh_ca, ["127.0.0.1", "localhost"]).write(
+            directory / "mesh.crt", directory / "mesh.key"
+        )
 
     def _ports(self, tenant: Tenant, replicas: int) -> list[int]:
         path = tenant.directory / "ports.json"
@@ -123,42 +143,26 @@ class TenantSupervisor:
             if replica.index > 0:
                 await self._wait_first_ready(tenant)
             ready_file = tenant.directory / f"replica-{replica.index}.ready"
-            ready_file.unlink(missing_ok=True)
-            cmd = self._command(tenant, replica, ready_file)
-            log_path = tenant.directory / f"replica-{replica.index}.log"
-            with log_path.open("ab") as out:
-                replica.process = await asyncio.create_subprocess_exec(
-                    *cmd,
-                    stdout=out,
-                    stderr=asyncio.subprocess.STDOUT,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            pid_file = tenant.directory / f"replica-{replica.index}.pid"
+            adopted = _running_replica(pid_file, tenant.directory)
+            if adopted is not None and ready_file.exists():
+                # A replica outlived the previous platform process (it was killed): keep it; its mesh
+                # session reconnects to this platform by itself.
+                replica.pid = adopted
+                self._mark_ready(tenant, replica)
+                log.info(
+                    "adopted running tenant replica",
+                    tenant=tenant.spec.name,
+                    replica=replica.index,
+                    pid=adopted,
                 )
-            log.info(
-                "started tenant replica",
-                tenant=tenant.spec.name,
-                project=tenant.spec.project,
-                replica=replica.index,
-                port=replica.port,
-                pid=replica.process.pid,
-            )
-            waiter = asyncio.create_task(replica.process.wait())
-            deadline = asyncio.get_running_loop().time() + self.settings.tenant_ready_timeout_seconds
-            while not waiter.done() and not ready_file.exists():
-                if asyncio.get_running_loop().time() > deadline:
-                    tenant.failed = (
-                        f"replica {replica.index} did not become ready within "
-                        f"{self.settings.tenant_ready_timeout_seconds:g}s"
-                    )
-                    self.changed.set()
-                    break
-                await asyncio.sleep(0.05)
-            if ready_file.exists() and not waiter.done():
-                replica.ready = True
-                replica.serving.set()
-                tenant.failed = ""
-                backoff = self.settings.tenant_restart_backoff_seconds
-                self.changed.set()
-            code = await waiter
+                while _alive(adopted):  # noqa: ASYNC110 - another process: no event to wait on
+                    await asyncio.sleep(0.5)
+                code: int | None = None
+            else:
+                if adopted is not None:
+                    _terminate(adopted)
+                code = await self._run_once(tenant, replica, ready_file, pid_file)
             replica.ready = False
             replica.serving.clear()
             replica.restarts += 1
@@ -172,6 +176,49 @@ class TenantSupervisor:
             )
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self.settings.tenant_restart_backoff_max_seconds)
+
+    def _mark_ready(self, tenant: Tenant, replica: Replica) -> None:
+        replica.ready = True
+        replica.serving.set()
+        tenant.failed = ""
+        self.changed.set()
+
+    async def _run_once(self, tenant: Tenant, replica: Replica, ready_file: Path, pid_file: Path) -> int:
+        ready_file.unlink(missing_ok=True)
+        cmd = self._command(tenant, replica, ready_file)
+        log_path = tenant.directory / f"replica-{replica.index}.log"
+        with log_path.open("ab") as out:
+            process = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        replica.process = process
+        replica.pid = process.pid
+        pid_file.write_text(str(process.pid))
+        log.info(
+            "started tenant replica",
+            tenant=tenant.spec.name,
+            project=tenant.spec.project,
+            replica=replica.index,
+            port=replica.port,
+            pid=process.pid,
+        )
+        waiter = asyncio.create_task(process.wait())
+        deadline = asyncio.get_running_loop().time() + self.settings.tenant_ready_timeout_seconds
+        while not waiter.done() and not ready_file.exists():
+            if asyncio.get_running_loop().time() > deadline:
+                tenant.failed = (
+                    f"replica {replica.index} did not become ready within "
+                    f"{self.settings.tenant_ready_timeout_seconds:g}s"
+                )
+                self.changed.set()
+                break
+            await asyncio.sleep(0.05)
+        if ready_file.exists() and not waiter.done():
+            self._mark_ready(tenant, replica)
+        return await waiter
 
     async def _wait_first_ready(self, tenant: Tenant) -> None:
         await tenant.replicas[0].serving.wait()
@@ -211,6 +258,8 @@ class TenantSupervisor:
         ]
         for name, value in self.settings.tenant_apiserver.items():
             cmd += ["--apiserver-set", f"{name}={value}"]
+        for name, value in self.settings.tenant_mesh.items():
+            cmd += ["--mesh-set", f"{name}={value}"]
         return cmd
 
     async def _stop(self, replica: Replica) -> None:
@@ -226,6 +275,12 @@ class TenantSupervisor:
             except TimeoutError:
                 process.kill()
                 await process.wait()
+        elif process is None and replica.pid is not None and _alive(replica.pid):
+            _terminate(replica.pid)
+            for _ in range(100):
+                if not _alive(replica.pid):
+                    break
+                await asyncio.sleep(0.1)
         replica.ready = False
 
     async def _stop_all(self, tenant: Tenant) -> None:
@@ -244,3 +299,33 @@ class TenantSupervisor:
     async def close(self) -> None:
         for tenant in list(self.tenants.values()):
             await self._stop_all(tenant)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _running_replica(pid_file: Path, directory: Path) -> int | None:
+    """The pid of a live replica of this tenant started by an earlier platform process, if any."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    if b"tenant" in cmdline and str(directory).encode() in cmdline and _alive(pid):
+        return pid
+    return None
+
+
+def _terminate(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)

@@ -19,6 +19,9 @@ from vplane.controllers.client import KubeClient
 from vplane.controllers.leaderelection import LeaderElector
 from vplane.kube import errors
 from vplane.kube.accesskeys import ADMINS_GROUP
+from vplane.mesh.session import DirectListener, NodeSession, RegistrationError, tls_server_context
+from vplane.mesh.settings import MeshSettings
+from vplane.support import tls
 from vplane.tenant.identity import PlatformTokenReviewer
 from vplane.tenant.settings import TenantSettings
 
@@ -48,6 +51,8 @@ class TenantServer:
             ttl=settings.token_review_ttl_seconds,
         )
         self.api.token_authenticators.append(self.reviewer)
+        self.node: NodeSession | None = None
+        self.listener: DirectListener | None = None
         self.elector: LeaderElector | None = None
         self.client: KubeClient | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -59,6 +64,7 @@ class TenantServer:
     async def start(self) -> None:
         await self.api.start()
         await self._bootstrap()
+        await self._join_mesh()
         self.client = KubeClient.from_kubeconfig(self.api.kubeconfig_path, field_manager="vplane-tenant")
         self.elector = LeaderElector(
             self.client,
@@ -77,6 +83,52 @@ class TenantServer:
             replica=self.settings.replica,
             url=self.url,
         )
+
+    async def _join_mesh(self) -> None:
+        """Register with the platform's coordinator as a node and serve this API on the mesh: direct dials
+        reach a TLS listener with the platform-issued mesh certificate, relayed streams reach the same API."""
+        settings = self.settings
+        directory = settings.data_dir
+        mesh_settings = MeshSettings.model_validate(
+            {
+                **(
+                    {"direct_ca_pem": (directory / "mesh-ca.crt").read_text()}
+                    if (directory / "mesh-ca.crt").exists()
+                    else {}
+                ),
+                **settings.mesh,
+            }
+        )
+        endpoints: list[str] = []
+        if (directory / "mesh.crt").exists():
+            pair = tls.CertPair.read(directory / "mesh.crt", directory / "mesh.key")
+            self.listener = DirectListener(
+                self.api.web_server, tls_server_context(pair), host=settings.listen_host
+            )
+            endpoints = await self.listener.start()
+        self.node = NodeSession(
+            settings.platform_url,
+            self.access_key,
+            hostname=settings.identity,
+            labels={
+                "vplane.io/tenant": settings.name,
+                "vplane.io/project": settings.project,
+                "vplane.io/replica": str(settings.replica),
+            },
+            endpoints=endpoints,
+            settings=mesh_settings,
+            ssl_context=tls.client_context(settings.platform_ca.read_bytes()),
+            serve=self.api.web_server,
+        )
+        await self.node.probe()
+        await self.node.start()
+        try:
+            async with asyncio.timeout(settings.mesh_ready_timeout_seconds):
+                await self.node.wait_ready()
+        except TimeoutError:
+            log.warning("no netmap from the platform yet; serving anyway", tenant=settings.name)
+        except RegistrationError as exc:
+            log.error("the platform refused this tenant's registration", tenant=settings.name, error=str(exc))
 
     async def _bootstrap(self) -> None:
         """Platform administrators administer every tenant cluster."""
@@ -120,6 +172,10 @@ class TenantServer:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.node is not None:
+            await self.node.close()
+        if self.listener is not None:
+            await self.listener.close()
         if self.client is not None:
             await self.client.close()
         await self.reviewer.close()

@@ -29,6 +29,10 @@ class TenantSettings(BaseModel):
     """Lease ``vcluster-<name>-controller`` in kube-system: 60 s / 40 s / 15 s as upstream's chart."""
     apiserver: dict[str, object] = Field(default_factory=dict)
     """Overrides for this replica's API server settings."""
+    mesh: dict[str, object] = Field(default_factory=dict)
+    """Overrides for this replica's MeshSettings (dial timeout, heartbeats, reconnect backoff)."""
+    mesh_ready_timeout_seconds: float = 10.0
+    """How long start-up waits for the first netmap before serving anyway (the platform may be down)."""
 
     @property
     def lease_name(self) -> str:
