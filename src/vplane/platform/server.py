@@ -15,6 +15,7 @@ import structlog
 from vplane.apiserver import timeutil
 from vplane.apiserver.server import APIServer, write_kubeconfig
 from vplane.apiserver.settings import APIServerSettings
+from vplane.apiserver.watch import WatchEvent
 from vplane.controllers.client import KubeClient, Resource
 from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import API_VERSION, GROUP, KeyRejected
@@ -66,6 +67,7 @@ class Platform:
             settings=MeshSettings.model_validate(settings.mesh),
             instance_id=settings.instance_id,
         )
+        self.api.hub.on_event.append(self._on_key_event)
         self.api.public_routes["/coordinator/session"] = self.coordinator.handle_session
         self.api.public_routes["/derp/probe"] = self.coordinator.handle_probe
         self.supervisor: TenantSupervisor | None = None
@@ -214,6 +216,17 @@ class Platform:
         return str(key["spec"]["key"])
 
     # -- mesh ------------------------------------------------------------------------------------
+
+    def _on_key_event(self, wevent: WatchEvent) -> None:
+        """A deleted or disabled key ends the sessions it opened (an expired one ends at reconnect)."""
+        if not wevent.event.kv.key.startswith(f"/{GROUP}/accesskeys/"):
+            return
+        key = wevent.obj()
+        spec = key.get("spec") or {}
+        if wevent.event.type == "DELETE" or spec.get("disabled"):
+            holder = str(spec.get("subject") or spec.get("user") or "")
+            if holder:
+                self.coordinator.disconnect(lambda node: node.identity == holder, "access key revoked")
 
     async def _authenticate_node(self, token: str) -> NodeIdentity:
         try:
