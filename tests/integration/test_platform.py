@@ -1,0 +1,533 @@
+"""The platform with real processes: management API, tenant clusters, access keys and identities, the mesh.
+
+Driven with kubectl, ``vplane`` commands and a mesh node built from vplane's own client library (the same
+code a tenant or agent runs), against ``vplane platform start`` and the tenant processes it starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from harness import Kubectl, PlatformProcess
+from vplane.mesh import Dialer, NodeSession, RegistrationError
+from vplane.mesh.settings import MeshSettings
+from vplane.support import tls
+
+pytestmark = pytest.mark.integration
+
+FAST = {
+    "token_review_ttl_seconds": 1.0,
+    "mesh": '{"heartbeat_interval_seconds": 0.5, "session_silence_timeout_seconds": 3}',
+    "tenant_mesh": '{"heartbeat_interval_seconds": 0.5, "reconnect_backoff_min_seconds": 0.2,'
+    ' "reconnect_backoff_max_seconds": 1.0, "dial_timeout_seconds": 2}',
+    "tenant_restart_backoff_seconds": 0.2,
+}
+TWO_REPLICAS = "controlPlane:\n  statefulSet:\n    highAvailability:\n      replicas: 2\n"
+
+
+def eventually(check: Callable[[], bool], timeout: float = 30.0, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+def vci_manifest(name: str, values: str = "", project: str = "default") -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "management.loft.sh/v1",
+            "kind": "VirtualClusterInstance",
+            "metadata": {"name": name, "namespace": f"p-{project}"},
+            "spec": {"template": {"helmRelease": {"values": values}}, "networkPeer": True},
+        }
+    )
+
+
+def wait_ready(k: Kubectl, name: str, project: str = "default", timeout: float = 90) -> None:
+    k.run(
+        "wait",
+        "--for=jsonpath={.status.phase}=Ready",
+        f"virtualclusterinstance/{name}",
+        "-n",
+        f"p-{project}",
+        f"--timeout={int(timeout)}s",
+        timeout=timeout + 10,
+    )
+
+
+class Platform:
+    def __init__(self, proc: PlatformProcess, kubectl: Kubectl, home: Path) -> None:
+        self.proc = proc
+        self.k = kubectl
+        self.home = home
+
+    def vplane(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "VPLANE_HOME": str(self.home)}
+        result = subprocess.run(
+            [sys.executable, "-m", "vplane.cli.main", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"vplane {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def tenant_kubectl(self, name: str, token: str | None, tmp: Path, project: str = "default") -> Kubectl:
+        """kubectl against a tenant through the platform's /kubernetes/project/... path."""
+        admin = yaml.safe_load(self.proc.kubeconfig.read_text())
+        ca = admin["clusters"][0]["cluster"]["certificate-authority-data"]
+        token = token or admin["users"][0]["user"]["token"]
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "t",
+            "clusters": [
+                {
+                    "name": "t",
+                    "cluster": {
+                        "server": f"{self.proc.url}/kubernetes/project/{project}/virtualcluster/{name}",
+                        "certificate-authority-data": ca,
+                    },
+                }
+            ],
+            "users": [{"name": "t", "user": {"token": token}}],
+            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+        }
+        path = tmp / f"{name}-{abs(hash(token)) % 10**8}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        return Kubectl(self.k.binary, path, tmp / f"cache-{path.stem}")
+
+    def access_key(self, vci: str, project: str = "default") -> str:
+        raw = self.k.run(
+            "get",
+            "--raw",
+            f"/apis/management.loft.sh/v1/namespaces/p-{project}/virtualclusterinstances/{vci}/accesskey",
+        ).stdout
+        key: str = json.loads(raw)["accessKey"]
+        return key
+
+    def mesh_settings(self) -> MeshSettings:
+        return MeshSettings(
+            direct_ca_pem=(self.proc.data_dir / "mesh" / "ca.crt").read_text(),
+            heartbeat_interval_seconds=0.5,
+            dial_timeout_seconds=2,
+        )
+
+    def node(self, key: str, hostname: str, environ: dict[str, str] | None = None) -> NodeSession:
+        return NodeSession(
+            self.proc.url,
+            key,
+            hostname=hostname,
+            settings=self.mesh_settings(),
+            ssl_context=tls.client_context(self.proc.ca.read_bytes()),
+            environ=environ,
+        )
+
+
+def start_platform(tmp: Path, kubectl_path: str, name: str = "platform") -> Platform:
+    proc = PlatformProcess(tmp / name, FAST)
+    proc.start()
+    k = Kubectl(kubectl_path, proc.kubeconfig, tmp / f"{name}-cache")
+    k.apply("apiVersion: management.loft.sh/v1\nkind: Project\nmetadata: {name: default}\n")
+    eventually(lambda: k.run("get", "namespace", "p-default", check=False).code == 0)
+    return Platform(proc, k, tmp / f"{name}-home")
+
+
+def stop_platform(platform: Platform) -> None:
+    platform.proc.stop()
+    platform.proc.kill_tenants()
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory, kubectl_path: str) -> Iterator[Platform]:
+    """One platform with tenant clusters `client` and `target` in project `default`."""
+    tmp = tmp_path_factory.mktemp("platform")
+    p = start_platform(tmp, kubectl_path)
+    for name in ("client", "target"):
+        p.k.apply(vci_manifest(name))
+    for name in ("client", "target"):
+        wait_ready(p.k, name)
+    p.vplane(
+        "platform",
+        "login",
+        p.proc.url,
+        "--access-key",
+        yaml.safe_load(p.proc.kubeconfig.read_text())["users"][0]["user"]["token"],
+        "--ca-file",
+        str(p.proc.ca),
+    )
+    yield p
+    stop_platform(p)
+
+
+def test_derp_probe_answers_200_without_credentials(platform: Platform) -> None:
+    """`GET /derp/probe` answers 200, as the agent and the runbook's curl check expect."""
+    import urllib.request
+
+    ctx = tls.client_context(platform.proc.ca.read_bytes())
+    with urllib.request.urlopen(f"{platform.proc.url}/derp/probe", context=ctx, timeout=10) as resp:
+        assert resp.status == 200
+
+
+def test_projects_own_their_namespaces(platform: Platform) -> None:
+    """A Project gets namespace p-<name>; deleting the project removes it."""
+    k = platform.k
+    k.apply("apiVersion: management.loft.sh/v1\nkind: Project\nmetadata: {name: demo}\n")
+    eventually(lambda: k.run("get", "namespace", "p-demo", check=False).code == 0)
+    assert (
+        k.run("get", "namespace", "p-demo", "-o", "jsonpath={.metadata.labels.loft\\.sh/project}").stdout
+        == "demo"
+    )
+    assert k.run("get", "project", "demo", "-o", "jsonpath={.status.namespace}").stdout == "p-demo"
+    k.run("delete", "project", "demo")
+    eventually(lambda: k.run("get", "namespace", "p-demo", check=False).code != 0)
+
+
+def test_management_api_is_also_served_under_kubernetes_management(platform: Platform) -> None:
+    """The management API answers under /kubernetes/management too (upstream's platform path)."""
+    out = json.loads(
+        platform.k.run("get", "--raw", "/kubernetes/management/apis/management.loft.sh/v1/projects").stdout
+    )
+    assert "default" in [p["metadata"]["name"] for p in out["items"]]
+
+
+def test_tenant_clusters_serve_through_the_platform_and_vplane_connect(
+    platform: Platform, tmp_path: Path
+) -> None:
+    """`vplane connect <tenant> --driver platform --project <p> -- kubectl ...` runs against the tenant."""
+    result = platform.vplane(
+        "connect",
+        "target",
+        "--driver",
+        "platform",
+        "--project",
+        "default",
+        "--",
+        platform.k.binary,
+        "create",
+        "configmap",
+        "from-connect",
+        "--from-literal=a=b",
+    )
+    assert "configmap/from-connect created" in result.stdout
+    tk = platform.tenant_kubectl("target", None, tmp_path)
+    assert "from-connect" in tk.run("get", "configmaps").stdout
+    ck = platform.tenant_kubectl("client", None, tmp_path)
+    assert "from-connect" not in ck.run("get", "configmaps").stdout, "tenants have separate stores"
+    who = tk.run("auth", "whoami").stdout
+    assert "admin" in who and "loft:admins" in who
+
+
+def test_platform_connect_management_adds_a_context(platform: Platform, tmp_path: Path) -> None:
+    """`vplane platform connect management` writes a context for the management API and switches to it."""
+    kubeconfig = tmp_path / "config"
+    out = platform.vplane("platform", "connect", "management", "--kubeconfig", str(kubeconfig)).stdout
+    assert 'Switched to context "vplane_management"' in out
+    k = Kubectl(platform.k.binary, kubeconfig, tmp_path / "cache")
+    assert "client" in k.run("get", "virtualclusterinstances", "-n", "p-default").stdout
+
+
+def test_invalid_tenant_config_is_rejected_with_its_path(platform: Platform) -> None:
+    """A VirtualClusterInstance whose vcluster.yaml does not validate is refused (422) and names the field."""
+    bad = vci_manifest("bad", "controlPlane:\n  statefulSet:\n    highAvailability:\n      replicas: zero\n")
+    result = platform.k.fails("apply", "-f", "-", input=bad)
+    assert "is invalid" in result.stderr
+    assert (
+        "spec.template.helmRelease.values[controlPlane.statefulSet.highAvailability.replicas]"
+        in result.stderr
+    )
+
+
+def test_cluster_needs_a_connection_mode_and_only_one_local(platform: Platform) -> None:
+    """Cluster creation without config, local or networkPeer is rejected; so is a second local cluster."""
+    k = platform.k
+    r = k.fails(
+        "apply",
+        "-f",
+        "-",
+        input="apiVersion: management.loft.sh/v1\nkind: Cluster\nmetadata: {name: nomode}\nspec: {}\n",
+    )
+    assert "one of spec.config, spec.local or spec.networkPeer must be set" in r.stderr
+    k.apply("apiVersion: management.loft.sh/v1\nkind: Cluster\nmetadata: {name: loc1}\nspec: {local: true}\n")
+    r = k.fails(
+        "apply",
+        "-f",
+        "-",
+        input="apiVersion: management.loft.sh/v1\nkind: Cluster\nmetadata: {name: loc2}\nspec: {local: true}\n",
+    )
+    assert 'only one cluster may have spec.local set; cluster "loc1" already does' in r.stderr
+
+
+def test_platform_rbac_use_verb_on_virtualclusterinstances(platform: Platform) -> None:
+    """The runbook's `kubectl auth can-i use virtualclusterinstances...` check, before and after granting it."""
+    k = platform.k
+    args = ("auth", "can-i", "use", "virtualclusterinstances.management.loft.sh/target", "-n", "p-default")
+    assert k.run(*args).stdout.strip() == "yes"
+    denied = k.run(*args, "--as=loft:vcluster:p-default:client", check=False)
+    assert denied.stdout.strip() == "no"
+    k.apply("""apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: vcluster-proxy-target-access, namespace: p-default}
+rules: [{apiGroups: [management.loft.sh], resources: [virtualclusterinstances], resourceNames: [target], verbs: [use]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: vcluster-proxy-target-access, namespace: p-default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: vcluster-proxy-target-access}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "loft:vcluster:p-default:client"}]
+""")
+    assert k.run(*args, "--as=loft:vcluster:p-default:client").stdout.strip() == "yes"
+
+
+def test_tenant_accepts_a_platform_access_key_as_its_identity(platform: Platform, tmp_path: Path) -> None:
+    """A tenant-cluster key works as a bearer token on a peer tenant: identity loft:vcluster:<ns>:<name>,
+    authorized by the peer's own RBAC; a bad key gets 401 `auth failed`; a disabled key stops working."""
+    key = platform.access_key("client")
+    assert key == platform.access_key("client"), "fetching the key again reuses it"
+    as_client = platform.tenant_kubectl("target", key, tmp_path)
+    who = as_client.run("auth", "whoami").stdout
+    assert "loft:vcluster:p-default:client" in who
+    admin = platform.tenant_kubectl("target", None, tmp_path)
+    assert (
+        admin.run(
+            "auth", "can-i", "create", "configmaps", "--as=loft:vcluster:p-default:client", check=False
+        ).stdout.strip()
+        == "no"
+    )
+    assert "forbidden" in as_client.fails("create", "configmap", "nope").stderr
+    admin.run(
+        "create",
+        "clusterrolebinding",
+        "client-edit",
+        "--clusterrole=edit",
+        "--user=loft:vcluster:p-default:client",
+    )
+    eventually(lambda: as_client.run("create", "configmap", "by-client", check=False).code == 0, timeout=10)
+    bad = platform.tenant_kubectl("target", "not-a-key", tmp_path)
+    assert (
+        "error: You must be logged in to the server" in bad.fails("get", "configmaps").stderr
+    )
+    raw = bad.run("get", "--raw", "/api/v1/namespaces", check=False)
+    assert "error: You must be logged in to the server (auth failed)" in raw.stderr
+    key_name = "vcluster-p-default-client"
+    platform.k.run("patch", "accesskey", key_name, "--type=merge", "-p", '{"spec":{"disabled":true}}')
+    try:
+        eventually(lambda: as_client.run("get", "configmaps", check=False).code != 0, timeout=10)
+        assert "You must be logged in to the server" in as_client.fails("get", "configmaps").stderr
+    finally:
+        platform.k.run("patch", "accesskey", key_name, "--type=merge", "-p", '{"spec":{"disabled":false}}')
+
+
+async def test_registration_rejections_have_the_documented_text(platform: Platform) -> None:
+    """Registering with an empty, unknown, disabled or expired key fails with the documented reason."""
+    k = platform.k
+    k.apply("""apiVersion: management.loft.sh/v1
+kind: AccessKey
+metadata: {name: reg-disabled}
+spec: {type: VirtualCluster, subject: "loft:vcluster:p-default:x", key: disabled-key-123, disabled: true, scope: {roles: [{role: vcluster}]}}
+---
+apiVersion: management.loft.sh/v1
+kind: AccessKey
+metadata: {name: reg-expiring}
+spec: {type: VirtualCluster, subject: "loft:vcluster:p-default:y", key: expiring-key-123, ttl: 1, scope: {roles: [{role: vcluster}]}}
+""")
+    await asyncio.sleep(2.1)
+    for key, text in (
+        ("", "no auth key provided"),
+        ("nobody-has-this-key", "invalid access key: not found"),
+        ("disabled-key-123", "invalid access key: disabled"),
+        ("expiring-key-123", "invalid access key: expired"),
+    ):
+        node = platform.node(key, "reg-test")
+        await node.start()
+        with pytest.raises(RegistrationError) as err:
+            async with asyncio.timeout(15):
+                await node.wait_ready()
+        assert text in str(err.value)
+        await node.close()
+
+
+async def _get_version_over_mesh(platform: Platform, environ: dict[str, str]) -> tuple[str, dict[str, str]]:
+    node = platform.node(platform.access_key("client"), f"probe-{len(environ)}", environ)
+    await node.start()
+    try:
+        async with asyncio.timeout(15):
+            netmap = await node.wait_ready()
+        targets = [p for p in netmap.peers.values() if p.labels.get("vplane.io/tenant") == "target"]
+        assert targets, f"no target peer in {netmap.peers}"
+        dialer = Dialer(node, platform.mesh_settings(), environ=environ)
+        async with (
+            aiohttp.ClientSession(connector=dialer.connector()) as http,
+            http.get(f"http://{targets[0].id}/version") as resp,
+        ):
+            assert resp.status == 200
+            version = await resp.json()
+        assert sum(dialer.paths_used.values()) >= 1
+        path = next(iter(k for k, v in dialer.paths_used.items() if v))
+        return path, version
+    finally:
+        await node.close()
+
+
+async def test_dial_prefers_the_direct_path(platform: Platform) -> None:
+    """A peer dial tries the node's direct endpoint first; with it reachable, traffic goes direct."""
+    path, version = await _get_version_over_mesh(platform, {})
+    assert path == "direct"
+    assert version["gitVersion"].startswith("v1.")
+
+
+async def test_relay_carries_traffic_when_direct_dialing_is_disabled(platform: Platform) -> None:
+    """With TS_DEBUG_DIAL_DIRECT=false the same request goes through the platform relay."""
+    path, version = await _get_version_over_mesh(platform, {"TS_DEBUG_DIAL_DIRECT": "false"})
+    assert path == "relay"
+    assert version["gitVersion"].startswith("v1.")
+
+
+async def test_tenant_restart_publishes_new_peers(platform: Platform) -> None:
+    """When a tenant replica restarts, subscribers see its peer leave and come back in pushed netmaps."""
+    node = platform.node(platform.access_key("client"), "watcher")
+    await node.start()
+    try:
+        async with asyncio.timeout(15):
+            await node.wait_ready()
+        target_ids = {p.id for p in node.peers.values() if p.labels.get("vplane.io/tenant") == "target"}
+        assert target_ids
+        seen: list[set[str]] = []
+
+        async def follow() -> None:
+            async for netmap in node.subscribe():
+                seen.append(
+                    {p.id for p in netmap.peers.values() if p.labels.get("vplane.io/tenant") == "target"}
+                )
+                if len(seen) >= 2 and not seen[-2] & target_ids and seen[-1] >= target_ids:
+                    return
+
+        follower = asyncio.create_task(follow())
+        pid = int((platform.proc.tenant_dir("default", "target") / "replica-0.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        async with asyncio.timeout(60):
+            await follower
+        assert any(not ids & target_ids for ids in seen), "the peer left the netmap"
+        assert seen[-1] >= target_ids, "the restarted replica is back"
+    finally:
+        await node.close()
+    wait_ready(platform.k, "target")
+
+
+def test_replicas_share_one_store_and_elect_one_leader(platform: Platform, tmp_path: Path) -> None:
+    """A tenant with two replicas: writes through one are read through the other; one Lease holder."""
+    k = platform.k
+    k.apply(vci_manifest("ha", TWO_REPLICAS))
+    wait_ready(k, "ha")
+    assert (
+        k.run("get", "vci", "ha", "-n", "p-default", "-o", "jsonpath={.status.readyReplicas}").stdout == "2"
+    )
+    directory = platform.proc.tenant_dir("default", "ha")
+    r0 = Kubectl(k.binary, directory / "kubeconfig-0.yaml", tmp_path / "c0")
+    r1 = Kubectl(k.binary, directory / "kubeconfig-1.yaml", tmp_path / "c1")
+    assert (
+        r0.run("config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}").stdout
+        != r1.run("config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}").stdout
+    )
+    r0.run("create", "configmap", "shared", "--from-literal=a=b")
+    eventually(lambda: r1.run("get", "configmap", "shared", check=False).code == 0, timeout=10)
+    eventually(
+        lambda: (
+            r1.run(
+                "get",
+                "lease",
+                "-n",
+                "kube-system",
+                "vcluster-ha-controller",
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+                check=False,
+            ).stdout
+            in ("ha-0", "ha-1")
+        ),
+        timeout=60,
+    )
+    peers = json.loads(k.run("get", "networkpeers", "-o", "json").stdout)["items"]
+    ha_peers = [p for p in peers if p["metadata"]["labels"].get("vplane.io/tenant") == "ha"]
+    assert len(ha_peers) == 2 and all(p["status"]["online"] for p in ha_peers)
+    k.run("delete", "vci", "ha", "-n", "p-default", "--timeout=60s")
+    eventually(lambda: not directory.exists(), timeout=30)
+
+
+def test_platform_restart_lets_every_node_reconnect(tmp_path: Path, kubectl_path: str) -> None:
+    """Kill the platform; tenants keep running; the restarted platform adopts them and their mesh sessions
+    reconnect by themselves (NetworkPeers online again, owned by the new platform instance)."""
+    p = start_platform(tmp_path, kubectl_path, "restart")
+    try:
+        p.k.apply(vci_manifest("solo"))
+        wait_ready(p.k, "solo")
+
+        def peers() -> list[dict[str, object]]:
+            items: list[dict[str, object]] = json.loads(p.k.run("get", "networkpeers", "-o", "json").stdout)[
+                "items"
+            ]
+            return items
+
+        eventually(lambda: len(peers()) == 1)
+        before = peers()[0]
+        pid = int((p.proc.tenant_dir("default", "solo") / "replica-0.pid").read_text())
+        p.proc.kill()
+        os.kill(pid, 0)  # the tenant survived the platform
+        p.proc.start()
+        eventually(lambda: p.k.run("get", "--raw", "/readyz", check=False).code == 0)
+
+        def reconnected() -> bool:
+            items = peers()
+            if len(items) != 1:
+                return False
+            annotations = items[0]["metadata"]["annotations"]  # type: ignore[index]
+            return (
+                bool(items[0]["status"]["online"])
+                and annotations["loft.sh/coordinator-instance-id"]
+                != before["metadata"]["annotations"]["loft.sh/coordinator-instance-id"]
+            )  # type: ignore[index]
+
+        eventually(reconnected, timeout=60)
+        os.kill(pid, 0)  # adopted, not replaced
+        assert int((p.proc.tenant_dir("default", "solo") / "replica-0.pid").read_text()) == pid
+        wait_ready(p.k, "solo")
+    finally:
+        stop_platform(p)
+
+
+def test_cluster_accesskey_subresource(platform: Platform) -> None:
+    """`clusters/<name>/accesskey` returns an agent key, the platform host and its CA; fetching again reuses it."""
+    k = platform.k
+    k.apply(
+        "apiVersion: management.loft.sh/v1\nkind: Cluster\nmetadata: {name: edge}\nspec: {networkPeer: true, managementNamespace: vplane-platform}\n"
+    )
+    first = json.loads(k.run("get", "--raw", "/apis/management.loft.sh/v1/clusters/edge/accesskey").stdout)
+    again = json.loads(
+        k.run(
+            "get", "--raw", "/kubernetes/management/apis/management.loft.sh/v1/clusters/edge/accesskey"
+        ).stdout
+    )
+    assert first["kind"] == "ClusterAccessKey" and first["accessKey"] == again["accessKey"]
+    assert first["loftHost"] == platform.proc.url.removeprefix("https://")
+    assert first["caCert"].startswith("-----BEGIN CERTIFICATE-----")
+    assert (
+        k.run("get", "accesskey", "cluster-edge", "-o", "jsonpath={.spec.subject}").stdout
+        == "loft:cluster:edge"
+    )
+    assert base64  # used by other tests in this module
