@@ -126,8 +126,11 @@ def widget_crd(kubectl: Kubectl) -> str:
 def operator(shared_apiserver: APIServerProcess, widget_crd: str, tmp_path: Path) -> Iterator[Operator]:
     op = Operator(shared_apiserver, tmp_path)
     op.start()
-    yield op
-    op.stop()
+    try:
+        op.wait_watching()
+        yield op
+    finally:
+        op.stop()
 
 
 class Operator:
@@ -154,8 +157,24 @@ class Operator:
                 cwd=self.script.parent,
             )
 
+    def wait_watching(self) -> None:
+        """Until kopf has started its widgets watch (its start-up is slow on a loaded machine)."""
+        eventually(
+            lambda: f"Starting the watch-stream for widgets.v1.{GROUP}" in self.full_log() or self._exited(),
+            "kopf to start watching widgets",
+            timeout=60,
+            log=self.log,
+        )
+        assert not self._exited(), self.log()
+
+    def _exited(self) -> bool:
+        return self.proc is None or self.proc.poll() is not None
+
+    def full_log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-15000:] if self.log_path.exists() else ""
+        return self.full_log()[-15000:]
 
     def stop(self) -> None:
         if self.proc is None:
@@ -264,6 +283,7 @@ def test_kopf_handles_widgets_created_before_it_started(
     op = Operator(shared_apiserver, tmp_path)
     op.start()
     try:
+        op.wait_watching()
         path = f"/apis/{GROUP}/v1/namespaces/{namespace}/widgets/early"
         obj = eventually(
             lambda: (lambda o: o if (o.get("status") or {}).get("created") else None)(

@@ -320,9 +320,7 @@ def test_tenant_accepts_a_platform_access_key_as_its_identity(platform: Platform
     )
     eventually(lambda: as_client.run("create", "configmap", "by-client", check=False).code == 0, timeout=10)
     bad = platform.tenant_kubectl("target", "not-a-key", tmp_path)
-    assert (
-        "error: You must be logged in to the server" in bad.fails("get", "configmaps").stderr
-    )
+    assert "error: You must be logged in to the server" in bad.fails("get", "configmaps").stderr
     raw = bad.run("get", "--raw", "/api/v1/namespaces", check=False)
     assert "error: You must be logged in to the server (auth failed)" in raw.stderr
     key_name = "vcluster-p-default-client"

@@ -711,6 +711,16 @@ def test_non_boolean_result_fails_the_validation() -> None:
         denied(run(policy(validations=[{"expression": "object.data"}]), binding()))
         == "failed expression: object.data"
     )
+    # an optional at run time is "not true" too (and a match condition that is not false matches)
+    optional = policy(
+        validations=[{"expression": "dyn(object.?data)"}],
+        matchConditions=[{"name": "o", "expression": "dyn(object.?data)"}],
+    )
+    assert denied(run(optional, binding())) == "failed expression: dyn(object.?data)"
+    typed = policy(validations=[{"expression": "object.?data"}])
+    assert (
+        denied(run(typed, binding())) == "compilation error: must evaluate to bool but got optional_type(dyn)"
+    )
 
 
 def test_evaluation_errors_follow_failure_policy() -> None:
@@ -902,6 +912,15 @@ def test_audit_annotation_errors_deny_under_fail() -> None:
     dyn = policy(auditAnnotations=[{"key": "k", "valueExpression": "object.data"}])
     assert denied(run(dyn, binding())) == (
         "valueExpression 'object.data' resulted in unsupported return type: map. Return type must be either string or null."
+    )
+    opt = policy(auditAnnotations=[{"key": "k", "valueExpression": "dyn(object.?data)"}])
+    assert denied(run(opt, binding())) == (
+        "valueExpression 'dyn(object.?data)' resulted in unsupported return type: optional_type. "
+        "Return type must be either string or null."
+    )
+    typed = policy(auditAnnotations=[{"key": "k", "valueExpression": "object.?data"}])
+    assert denied(run(typed, binding())) == (
+        "compilation error: must evaluate to one of [string null_type] but got optional_type(dyn)"
     )
     assert (
         run(

@@ -150,7 +150,8 @@ def test_null_results_do_not_exhaust_none() -> None:
     act = cel.Activation({"object": OBJ})
     for _ in range(5000):
         assert program.evaluate(act) == [None, None]
-    assert sys.getrefcount(None) > 1000
+    if sys.version_info < (3, 12):
+        assert sys.getrefcount(None) > 2**59  # made immortal, as 3.12 does
 
 
 # --- optionals the engine cannot hand to Python ------------------------------------------------------

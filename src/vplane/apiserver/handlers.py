@@ -291,8 +291,11 @@ class ResourceHandlers:
         for kv, obj in self._filter(rtype, source, label_sel, field_sel):
             if limit and len(selected) == limit:
                 next_token = encode_continue(snapshot, selected[-1][0].key)
-                if label_sel.empty and field_sel.empty and snapshot == current:
-                    remaining = self.cache.count_prefix(prefix, selected[-1][0].key + "\x00")
+                if label_sel.empty and field_sel.empty:
+                    if isinstance(source, list):  # read at an older revision: the rest is in hand
+                        remaining = len(source) - len(selected)
+                    elif snapshot == current:
+                        remaining = self.cache.count_prefix(prefix, selected[-1][0].key + "\x00")
                 break
             selected.append((kv, obj))
         list_meta: dict[str, Any] = {"resourceVersion": str(snapshot)}
@@ -366,6 +369,8 @@ class ResourceHandlers:
                 start_rev = int(rv_param)
             except ValueError:
                 raise errors.bad_request(f"resourceVersion: invalid value {rv_param!r}") from None
+        elif not initial:
+            start_rev = self.cache.revision  # sendInitialEvents=false without a version: changes from now on
         if timeout is None:
             timeout = int(
                 random.uniform(

@@ -20,7 +20,7 @@ from vplane.apiserver.admission import Admission, AdmissionRequest
 from vplane.apiserver.context import RequestContext
 from vplane.apiserver.registry import ResourceType
 from vplane.apiserver.schemas import SchemaSource
-from vplane.kube import errors, managedfields, patch, structural, validation
+from vplane.kube import errors, managedfields, patch, structural, timefields, validation
 from vplane.kube.errors import Cause
 from vplane.kube.objects import Obj
 from vplane.storage.cache import Cache
@@ -471,6 +471,8 @@ class ObjectStore:
         schema = rtype.crd_schema
         if schema is not None:
             structural.apply_defaults(obj, schema)
+        else:
+            timefields.normalize(obj, self.schemas.definition_name(rtype))
         self.schemas.prune(rtype, obj)
 
     def _validate(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:

@@ -465,6 +465,16 @@ def _type_error(returns: tuple[str, ...], got: str) -> str | None:
     return f"must evaluate to one of [{' '.join(returns)}] but got {got}"
 
 
+class _OpaqueResult:
+    """A result CEL has but Python cannot hold (an optional): not true, not a string, not null."""
+
+    def __repr__(self) -> str:
+        return "optional_type"
+
+
+_OPAQUE = _OpaqueResult()
+
+
 class _Failed(Exception):
     """An expression's evaluation error, with upstream's text."""
 
@@ -549,8 +559,8 @@ class _Phase:
             raise _Failed(f"compilation error: {exc.message}") from None
         try:
             return program.evaluate(self.activation())
-        except cel.UnsupportedResult as exc:
-            raise _Failed(f"expression '{expr.source}' resulted in error: {exc.message}") from None
+        except cel.UnsupportedResult:
+            return _OPAQUE
         except cel.CELError as exc:
             raise _Failed(f"expression '{expr.source}' resulted in error: {self._explain(exc)}") from None
 
@@ -680,6 +690,10 @@ def _cel_type_of(value: Any) -> str:
         return "map"
     if isinstance(value, bytes):
         return "bytes"
+    if isinstance(value, str):
+        return "string"
+    if value is _OPAQUE:
+        return "optional_type"
     return type(value).__name__
 
 

@@ -34,9 +34,11 @@ Implemented here, as Python functions registered with the engine, following k8s.
   Checks call the :data:`AuthzCallback` of the :class:`Authorizer` in the activation.
 
 Not available: timestamps and durations as results of the Python-implemented functions
-(``[duration(...)].sum()``; the engine cannot take them back), the format library (``format.dns1123Label()...``; it returns optionals, which Python
-functions cannot build), two-variable comprehensions (the engine lacks them), type-checking against
-OpenAPI schemas (variables are ``dyn``) and cost budgets.
+(``[duration('1s')].sum()``; the engine cannot take them back from Python), the format library
+(``format.dns1123Label()...`` returns optionals, which Python functions cannot build), cel-go's
+two-variable comprehensions (the engine lacks them), type-checking against OpenAPI schemas (every
+variable is ``dyn``) and cost budgets. There is no fallback engine: ``cel-python`` (celpy) cannot parse
+``.?`` and would need every library rewritten against its own value types.
 
 Engine limits handled here:
 
