@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from vplane.support import logging as vlogging
 @click.option("--log-level", default=None, help="debug, info, warning or error (env VPLANE_LOG_LEVEL).")
 def main(log_level: str | None) -> None:
     """vplane: tenant clusters, a platform that connects them, and the API server they stand on."""
+    faulthandler.enable()  # a crash in a native extension leaves a Python traceback in the log
     vlogging.configure(log_level)
 
 
