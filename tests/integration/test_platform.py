@@ -529,3 +529,37 @@ def test_cluster_accesskey_subresource(platform: Platform) -> None:
         == "loft:cluster:edge"
     )
     assert base64  # used by other tests in this module
+
+
+def test_platform_users_authenticate_with_their_access_keys(platform: Platform, tmp_path: Path) -> None:
+    """A User's access key is a bearer token for the management API; platform RBAC decides what it may do;
+    an expired user key stops working."""
+    k = platform.k
+    k.apply("""apiVersion: management.loft.sh/v1
+kind: User
+metadata: {name: alice}
+spec: {username: alice, groups: [devs]}
+---
+apiVersion: management.loft.sh/v1
+kind: AccessKey
+metadata: {name: alice-key}
+spec: {type: User, user: alice, key: alice-secret-key-0001}
+""")
+    doc = yaml.safe_load(platform.proc.kubeconfig.read_text())
+    doc["users"][0]["user"] = {"token": "alice-secret-key-0001"}
+    path = tmp_path / "alice.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    alice = Kubectl(k.binary, path, tmp_path / "alice-cache")
+    who = alice.run("auth", "whoami").stdout
+    assert "alice" in who and "devs" in who and "loft:users" in who
+    assert "forbidden" in alice.fails("get", "projects").stderr
+    k.run(
+        "create", "clusterrole", "project-viewer", "--verb=get,list", "--resource=projects.management.loft.sh"
+    )
+    k.run(
+        "create", "clusterrolebinding", "devs-view-projects", "--clusterrole=project-viewer", "--group=devs"
+    )
+    assert "default" in alice.run("get", "projects").stdout
+    k.run("patch", "accesskey", "alice-key", "--type=merge", "-p", '{"spec":{"ttl":1}}')
+    time.sleep(1.5)
+    assert "You must be logged in to the server" in alice.fails("get", "projects").stderr

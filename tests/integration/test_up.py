@@ -1,0 +1,107 @@
+"""`vplane up`: the whole system on this machine, as the README's first command leaves it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import Kubectl
+
+pytestmark = pytest.mark.integration
+
+
+def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, kubectl_path: str) -> None:
+    """`vplane up` serves the management API and tenants `client` and `target` in project `default`, with a
+    kubeconfig context for each, and leaves a login that `vplane connect` uses."""
+    home = tmp_path / "home"
+    ready = tmp_path / "up.ready"
+    env = {**os.environ, "VPLANE_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    log = tmp_path / "up.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "vplane.cli.main",
+                "up",
+                "--listen",
+                "127.0.0.1:0",
+                "--ready-file",
+                str(ready),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        kubeconfig = Path(ready.read_text().strip())
+        assert kubeconfig == home / "up" / "kubeconfig.yaml"
+        printed = log.read_text()
+        assert "vplane is up." in printed
+        assert (
+            "vplane connect target --driver platform --project default -- kubectl get namespaces" in printed
+        )
+        k = Kubectl(kubectl_path, kubeconfig, tmp_path / "cache")
+        contexts = k.run("config", "get-contexts", "-o", "name").stdout.split()
+        assert sorted(contexts) == ["vplane_client_default", "vplane_management", "vplane_target_default"]
+        vcis = k.run(
+            "--context", "vplane_management", "get", "virtualclusterinstances", "-n", "p-default"
+        ).stdout
+        assert "client" in vcis and "target" in vcis and vcis.count("Ready") == 2
+        k.run("--context", "vplane_target_default", "create", "configmap", "up-check")
+        connect = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vplane.cli.main",
+                "connect",
+                "target",
+                "--driver",
+                "platform",
+                "--project",
+                "default",
+                "--",
+                kubectl_path,
+                "get",
+                "configmap",
+                "up-check",
+                "-o",
+                "name",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert connect.stdout.strip() == "configmap/up-check", connect.stderr
+        assert "kube-system" in k.run("--context", "vplane_client_default", "get", "namespaces").stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    leftovers = [
+        p for p in (home / "up").glob("platform/tenants/*/*/replica-*.pid") if _alive(int(p.read_text()))
+    ]
+    assert leftovers == [], "stopping vplane up stops its tenant clusters"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
