@@ -171,29 +171,6 @@ async def populate(url: str, token: str, ctx: ssl.SSLContext, namespace: str, co
         await asyncio.gather(*(one(i) for i in range(count)))
 
 
-async def list_rate(
-    url: str, token: str, ctx: ssl.SSLContext, path: str, seconds: float
-) -> tuple[float, int]:
-    """LISTs per second with 4 concurrent clients (the response is large, so wrk's per-connection parse is not the point)."""
-    headers = {"Authorization": f"Bearer {token}"}
-    async with aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(ssl=ctx, limit=4)) as s:
-        done = 0
-        items = 0
-        end = time.perf_counter() + seconds
-        start = time.perf_counter()
-
-        async def worker() -> None:
-            nonlocal done, items
-            while time.perf_counter() < end:
-                async with s.get(url + path) as r:
-                    body = await r.read()
-                    items = len(orjson.loads(body)["items"])
-                    done += 1
-
-        await asyncio.gather(*(worker() for _ in range(4)))
-        return done / (time.perf_counter() - start), items
-
-
 async def watch_fanout(
     url: str, token: str, ctx: ssl.SSLContext, watchers: int, events: int
 ) -> dict[str, float]:
@@ -310,13 +287,11 @@ def main() -> None:
         results["get"] = wrk(url + get_path, token, d, 64)
         asyncio.run(populate(url, token, ctx, "bench-list1k", 1000))
         asyncio.run(populate(url, token, ctx, "bench-list10k", 10_000))
-        rate1k, n1k = asyncio.run(list_rate(url, token, ctx, "/api/v1/namespaces/bench-list1k/configmaps", d))
-        rate10k, n10k = asyncio.run(
-            list_rate(url, token, ctx, "/api/v1/namespaces/bench-list10k/configmaps", d)
-        )
-        results["list_1000_per_s"] = rate1k
-        results["list_10000_per_s"] = rate10k
+        n1k = count_items(url + "/api/v1/namespaces/bench-list1k/configmaps", token, ctx)
+        n10k = count_items(url + "/api/v1/namespaces/bench-list10k/configmaps", token, ctx)
         assert n1k == 1000 and n10k == 10_000, (n1k, n10k)
+        results["list_1000"] = wrk(url + "/api/v1/namespaces/bench-list1k/configmaps", token, d, 4)
+        results["list_10000"] = wrk(url + "/api/v1/namespaces/bench-list10k/configmaps", token, d, 4)
         asyncio.run(populate(url, token, ctx, "bench-create", 0))
         results["create"] = wrk(
             url + "/", token, d, 64, lua(work / "create.lua", CREATE_LUA.replace("TOKEN", token))
@@ -359,6 +334,10 @@ async def populate_named(url: str, token: str, ctx: ssl.SSLContext, namespace: s
                 await r.read()
 
 
+def count_items(url: str, token: str, ctx: ssl.SSLContext) -> int:
+    return len(orjson.loads(urllib_get(url, token, ctx))["items"])
+
+
 def urllib_get(url: str, token: str, ctx: ssl.SSLContext) -> bytes:
     import urllib.request
 
@@ -382,14 +361,15 @@ def report(r: dict[str, object], out: Path | None) -> None:
     )
     ceiling = float(r["storage_ceiling_inserts_per_s"])  # type: ignore[arg-type]
     watch = r["watch"]
-    assert isinstance(watch, dict)
+    list1k, list10k = r["list_1000"], r["list_10000"]
+    assert isinstance(watch, dict) and isinstance(list1k, dict) and isinstance(list10k, dict)
     lines = [
         "| measurement | vplane | baseline (same run) | ratio | reference: kube-apiserver + etcd, 2 cores |",
         "|---|---|---|---|---|",
         f"| single-object GET (wrk, 64 conns) | {get['rps']:,.0f}/s (p50 {get['p50_ms']:.1f} ms, p99 {get['p99_ms']:.1f} ms) | "
         f"{base['rps']:,.0f}/s bare aiohttp handler | **{get['rps'] / base['rps']:.2f}** | about 2,500/s |",
-        f"| LIST 1,000 ConfigMaps (4 clients) | {r['list_1000_per_s']:,.1f}/s | | | about 84/s |",
-        f"| LIST 10,000 ConfigMaps (4 clients) | {r['list_10000_per_s']:,.1f}/s | | | |",
+        f"| LIST 1,000 ConfigMaps (wrk, 4 conns) | {list1k['rps']:,.1f}/s (p50 {list1k['p50_ms']:.0f} ms) | | | about 84/s |",
+        f"| LIST 10,000 ConfigMaps (wrk, 4 conns) | {list10k['rps']:,.1f}/s (p50 {list10k['p50_ms']:.0f} ms) | | | |",
         f"| durable create (wrk, 64 conns) | {create['rps']:,.0f}/s (p99 {create['p99_ms']:.1f} ms) | "
         f"{ceiling:,.0f}/s raw SQLite insert+fsync loop | **{create['rps'] / ceiling:.2f}** | about 1,100/s |",
         f"| durable update, unconditional PUT (wrk, 64 conns) | {update['rps']:,.0f}/s | {ceiling:,.0f}/s | "

@@ -39,6 +39,8 @@ class RequestContext:
     field_validation: str = "Strict"
     user_agent: str = ""
     warnings: list[str] = field(default_factory=list)
+    duplicate_fields: list[str] = field(default_factory=list)
+    """Keys the request body repeated (checked with unknown fields under ``fieldValidation``)."""
     audit_annotations: dict[str, str] = field(default_factory=dict)
 
     def warn(self, text: str) -> None:

@@ -24,7 +24,7 @@ from vplane.apiserver.objects import DeleteOptions, patch_types_for
 from vplane.apiserver.registry import ResourceType
 from vplane.apiserver.requestinfo import RequestInfo
 from vplane.apiserver.watch import Watcher, frame_obj
-from vplane.kube import errors, fields, labels, structural
+from vplane.kube import errors, fields, labels
 from vplane.kube.objects import Obj
 from vplane.storage.interface import CompactedError, KeyValue
 
@@ -322,9 +322,7 @@ class ResourceHandlers:
             }
             return object_response(doc, fmt, 200, ctx)
         head = orjson.dumps({"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": list_meta})
-        body = b"".join(
-            (head[:-1], b',"items":[', b",".join(codec.wire_bytes(kv) for kv, _ in selected), b"]}")
-        )
+        body = b"".join((head[:-1], b',"items":[', codec.join_wire([kv for kv, _ in selected]), b"]}"))
         return json_response(body)
 
     # -- watch -----------------------------------------------------------------------------------
@@ -548,23 +546,6 @@ class ResourceHandlers:
             body, request.headers.get("Content-Type", ""), allowed=allowed, want_duplicates=want_dupes
         )
 
-    def _check_fields(
-        self, ctx: RequestContext, rtype: ResourceType, obj: Obj, duplicates: list[str]
-    ) -> None:
-        if ctx.field_validation == "Ignore":
-            return
-        unknown = self.server.schemas.unknown_fields(rtype, obj)
-        if not unknown and not duplicates:
-            return
-        if ctx.field_validation == "Strict":
-            raise errors.bad_request(
-                structural.strict_decoding_message(rtype.kind, rtype.version, unknown, duplicates)
-            )
-        for path in unknown:
-            ctx.warn(f'unknown field "{path}"')
-        for path in duplicates:
-            ctx.warn(f'duplicate field "{path}"')
-
     async def create(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
     ) -> web.StreamResponse:
@@ -576,7 +557,7 @@ class ResourceHandlers:
                 raise errors.method_not_allowed()
             result = await rtype.create_handler(ctx, obj)
             return object_response(result, fmt, 201, ctx)
-        self._check_fields(ctx, rtype, obj, duplicates)
+        ctx.duplicate_fields = duplicates
         created = await self.objects.create(ctx, rtype, info.namespace, obj)
         return object_response(created, fmt, 201, ctx)
 
@@ -586,7 +567,7 @@ class ResourceHandlers:
         fmt = response_format(request)
         value, duplicates = await self._body(request, ctx, rtype)
         obj = codec.require_object(value)
-        self._check_fields(ctx, rtype, obj, duplicates)
+        ctx.duplicate_fields = duplicates
         if info.subresource == "finalize":
             return object_response(
                 await self.server.namespaces.finalize(ctx, rtype, info.name, obj), fmt, 200, ctx
@@ -617,7 +598,6 @@ class ResourceHandlers:
             subresource=info.subresource,
             force=force,
         )
-        self._check_fields(ctx, rtype, patched, [])
         status = 200
         return object_response(patched, fmt, status, ctx)
 

@@ -150,7 +150,7 @@ class ObjectStore:
         if rtype.has_status:
             obj.pop("status", None)
         rtype.strategy.prepare_for_create(obj)
-        self._default(rtype, obj)
+        self._default(ctx, rtype, obj)
         generated = not meta.get("name") and bool(meta.get("generateName"))
         if generated:
             meta["name"] = self._generate_name(str(meta["generateName"]))
@@ -365,7 +365,7 @@ class ObjectStore:
             if _spec_changed(old, new):
                 meta["generation"] = int(old_meta["generation"]) + 1
         rtype.strategy.prepare_for_update(new, old)
-        self._default(rtype, new)
+        self._default(ctx, rtype, new)
         if old_meta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
             if added:
@@ -466,14 +466,22 @@ class ObjectStore:
 
     # -- shared steps ----------------------------------------------------------------------------
 
-    def _default(self, rtype: ResourceType, obj: Obj) -> None:
+    def _default(self, ctx: RequestContext, rtype: ResourceType, obj: Obj) -> None:
         rtype.strategy.default(obj)
         schema = rtype.crd_schema
         if schema is not None:
             structural.apply_defaults(obj, schema)
         else:
             timefields.normalize(obj, self.schemas.definition_name(rtype))
-        self.schemas.prune(rtype, obj)
+        unknown = self.schemas.prune(rtype, obj)
+        duplicates = ctx.duplicate_fields
+        if (unknown or duplicates) and ctx.field_validation != "Ignore":
+            if ctx.field_validation == "Strict":
+                raise errors.bad_request(
+                    structural.strict_decoding_message(rtype.kind, rtype.version, unknown, duplicates)
+                )
+            for text in structural.strict_errors(unknown, duplicates):
+                ctx.warn(text)
 
     def _validate(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
         meta = obj["metadata"]

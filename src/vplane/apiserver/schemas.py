@@ -56,13 +56,17 @@ class SchemaSource:
             return []
         return structural.unknown_fields(obj, schema, components=builtin.schemas)
 
-    def prune(self, rtype: ResourceType, obj: Obj) -> None:
-        """Drop fields the kind does not have, as decoding into upstream's typed structs does."""
+    def prune(self, rtype: ResourceType, obj: Obj) -> list[str]:
+        """Drop fields the kind does not have, as decoding into upstream's typed structs does; return
+        their paths (``spec.foo``) for ``fieldValidation``."""
         if rtype.is_custom:
-            if rtype.crd_schema is not None:
-                structural.prune(obj, rtype.crd_schema)
-            return
-        builtin = openapi.load_builtin()
-        schema = builtin.schemas.get(self.definition_name(rtype))
-        if schema is not None:
-            structural.prune(obj, schema, components=builtin.schemas)
+            if rtype.crd_schema is None:
+                return []
+            pruned = structural.prune(obj, rtype.crd_schema)
+        else:
+            builtin = openapi.load_builtin()
+            schema = builtin.schemas.get(self.definition_name(rtype))
+            if schema is None:
+                return []
+            pruned = structural.prune(obj, schema, components=builtin.schemas)
+        return [p.removeprefix(".") for p in pruned]

@@ -30,7 +30,7 @@ class SchemaNode:
     because that is where upstream puts per-field facts such as ``x-kubernetes-patch-merge-key``.
     """
 
-    __slots__ = ("_components", "_data", "_default", "_ext", "_items", "_kids", "_more")
+    __slots__ = ("_components", "_data", "_default", "_ext", "_items", "_kids", "_more", "_props")
 
     def __init__(self, schema: Mapping[str, Any], components: Mapping[str, Any] | None = None) -> None:
         self._components: Mapping[str, Any] = components if components is not None else {}
@@ -39,6 +39,9 @@ class SchemaNode:
         if self._default is _MISSING:
             self._default = self._data.get("default", _MISSING)
         self._kids: dict[str, SchemaNode | None] = {}
+        props = self._data.get("properties")
+        # Looked up for every field of every write; plain dicts (decoded JSON) avoid ABC isinstance checks.
+        self._props: Mapping[str, Any] = props if isinstance(props, dict | Mapping) else {}
         self._items: SchemaNode | None | Any = _MISSING
         self._more: SchemaNode | None | Any = _MISSING
 
@@ -60,12 +63,12 @@ class SchemaNode:
 
     @property
     def properties(self) -> Mapping[str, Any]:
-        props = self._data.get("properties")
-        return props if isinstance(props, Mapping) else {}
+        return self._props
 
     def has_field(self, name: str) -> bool:
         """Whether ``name`` is a declared property (a struct field, in upstream's terms)."""
-        return isinstance(self.properties.get(name), Mapping)
+        sub = self._props.get(name)
+        return isinstance(sub, dict) or (sub is not None and isinstance(sub, Mapping))
 
     def child(self, name: str) -> SchemaNode | None:
         """The declared property ``name``; None when it is not declared."""

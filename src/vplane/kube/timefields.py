@@ -95,6 +95,13 @@ def _format(value: str, micro: bool) -> str | None:
     return parsed.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _canonical(value: str, micro: bool) -> bool:
+    """Already in upstream's form (the common case: our own timestamps); parsing it again costs time."""
+    if micro:
+        return len(value) == 27 and value[26] == "Z" and value[19] == "." and value[10] == "T"
+    return len(value) == 20 and value[19] == "Z" and value[10] == "T" and value[13] == ":"
+
+
 def _apply(value: Any, path: Path, micro: bool) -> None:
     if not path or value is None:
         return
@@ -114,7 +121,7 @@ def _apply(value: Any, path: Path, micro: bool) -> None:
     for key, child in children:
         if rest:
             _apply(child, rest, micro)
-        elif isinstance(child, str):
+        elif isinstance(child, str) and not _canonical(child, micro):
             formatted = _format(child, micro)
             if formatted is not None:
                 value[key] = formatted

@@ -55,9 +55,19 @@ class Cache:
 
     def iter_prefix(self, prefix: str, start: str = "") -> Iterator[KeyValue]:
         """Live values under ``prefix`` in key order, from ``start`` (inclusive)."""
+        return iter(self.list_prefix(prefix, start))
+
+    def list_prefix(self, prefix: str, start: str = "") -> list[KeyValue]:
+        """The same as a list, taken in one step (a slice of the sorted keys, then dict lookups)."""
+        items = self._items
         low = max(prefix, start)
-        for key in self._items.irange(low, prefix_end(prefix), inclusive=(True, False)):
-            yield self._items[key]
+        first: int = items.bisect_left(low)
+        last: int = items.bisect_left(prefix_end(prefix))
+        if first >= last:
+            return []
+        keys = items.keys()[first:last]
+        get = dict.__getitem__
+        return [get(items, key) for key in keys]
 
     def count_prefix(self, prefix: str, start: str = "") -> int:
         low = max(prefix, start)
