@@ -563,3 +563,34 @@ spec: {type: User, user: alice, key: alice-secret-key-0001}
     k.run("patch", "accesskey", "alice-key", "--type=merge", "-p", '{"spec":{"ttl":1}}')
     time.sleep(1.5)
     assert "You must be logged in to the server" in alice.fails("get", "projects").stderr
+
+
+async def test_network_peers_reflect_nodes_online_and_last_seen(platform: Platform) -> None:
+    """A node's NetworkPeer is online while its session is up, and records lastSeen when it goes away."""
+    platform.k.apply("""apiVersion: management.loft.sh/v1
+kind: AccessKey
+metadata: {name: peer-probe}
+spec: {type: VirtualCluster, subject: "loft:vcluster:p-default:peer-probe", key: peer-probe-key-0001, scope: {roles: [{role: vcluster}]}}
+""")
+    node = platform.node("peer-probe-key-0001", "peer-probe-host")
+    await node.start()
+    async with asyncio.timeout(15):
+        await node.wait_ready()
+    node_id = node.node_id
+    assert node_id
+
+    def peer() -> dict[str, object] | None:
+        result = platform.k.run("get", "networkpeer", node_id, "-o", "json", check=False)
+        return json.loads(result.stdout) if result.code == 0 else None
+
+    await asyncio.to_thread(eventually, lambda: (peer() or {}).get("status", {}).get("online") is True)  # type: ignore[union-attr]
+    online = peer()
+    assert online is not None
+    annotations = online["metadata"]["annotations"]  # type: ignore[index]
+    assert annotations["loft.sh/coordinator-instance-id"]
+    assert "lastSeen" not in online["status"]  # type: ignore[operator]
+    await node.close()
+    await asyncio.to_thread(eventually, lambda: (peer() or {}).get("status", {}).get("online") is False)  # type: ignore[union-attr]
+    offline = peer()
+    assert offline is not None
+    assert offline["status"]["lastSeen"].endswith("Z")  # type: ignore[index]
