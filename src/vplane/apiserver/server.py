@@ -101,7 +101,7 @@ class APIServer:
             self.token_authenticators.append(self.delegate)
         self.admission.add(NamespaceLifecycle(self.namespaces))
         self.admission.add(ValidatingAdmissionPolicyPlugin(self))
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.ca: tls.CertPair | None = None
         self.front_proxy_ca: tls.CertPair | None = None
@@ -129,12 +129,27 @@ class APIServer:
         self.crds.load_existing()
         self.aggregator.load()
         await self._bootstrap()
-        app = web.Application(client_max_size=self.settings.max_body_bytes + 1024)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
+        # The low-level server: every path goes to one handler, so aiohttp's router and application
+        # machinery would only add per-request cost.
+        limit = self.settings.max_body_bytes + 1024
+
+        def make_request(
+            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+        ) -> web.BaseRequest:
+            return web.Request(
+                message, payload, protocol, writer, task, asyncio.get_running_loop(), client_max_size=limit
+            )
+
+        async def handler(request: web.BaseRequest) -> web.StreamResponse:
+            assert isinstance(request, web.Request)
+            return await self.handle(request)
+
+        server = web.Server(handler, request_factory=make_request, access_log=None)
+        runner = web.ServerRunner(server, handle_signals=False)
+        self._runner = runner
+        await runner.setup()
         site = web.TCPSite(
-            self._runner,
+            runner,
             self.settings.listen_host,
             self.settings.listen_port,
             ssl_context=ssl_ctx,
@@ -142,9 +157,9 @@ class APIServer:
         )
         await site.start()
         if self.settings.listen_port == 0:
-            server = site._server  # aiohttp exposes the bound port only here
-            assert server is not None
-            sockets = getattr(server, "sockets", None) or []
+            listener = site._server  # aiohttp exposes the bound port only here
+            assert listener is not None
+            sockets = getattr(listener, "sockets", None) or []
             self.port = sockets[0].getsockname()[1]
         self._write_kubeconfig(admin_token)
         self._tasks.append(asyncio.create_task(self._compactor()))
