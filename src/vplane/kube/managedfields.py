@@ -26,6 +26,7 @@ Deviations from upstream (kept small on purpose):
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -317,7 +318,8 @@ def _encode_managed(managed: _Managed) -> list[dict[str, Any]]:
         return (key.operation, _seconds(entry.time), key.manager, entry.api_version, key.subresource)
 
     out = []
-    for key, entry in sorted(managed.items(), key=order):
+    items = list(managed.items())
+    for key, entry in sorted(items, key=order) if len(items) > 1 else items:
         encoded: dict[str, Any] = {}
         if key.manager:
             encoded["manager"] = key.manager
@@ -333,7 +335,9 @@ def _encode_managed(managed: _Managed) -> list[dict[str, Any]]:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
 def _seconds(time: str | None) -> int:
+    """Entries are ordered by time on every write; the same few timestamps recur, so parse each once."""
     if not time:
         return 0
     try:
@@ -851,13 +855,34 @@ def _compare_leaf(lhs: Any, rhs: Any, path: Path, diff: _Diff) -> None:
         diff.modified.add(path)
 
 
+_SYSTEM_KEYS: Final[dict[Path, frozenset[str]]] = {
+    (): frozenset({"apiVersion", "kind"}),
+    (("f", "metadata"),): frozenset(
+        {
+            "name",
+            "namespace",
+            "creationTimestamp",
+            "selfLink",
+            "uid",
+            "clusterName",
+            "generation",
+            "managedFields",
+            "resourceVersion",
+        }
+    ),
+}
+
+
 def _compare_children(
     shape: str | None, lhs: Any, rhs: Any, schema: SchemaNode | None, path: Path, diff: _Diff, create: bool
 ) -> None:
     if shape == "map":
         left: dict[str, Any] = lhs if isinstance(lhs, dict) else {}
         right: dict[str, Any] = rhs if isinstance(rhs, dict) else {}
+        skip = _SYSTEM_KEYS.get(path, ())
         for key in list(left) + [k for k in right if k not in left]:
+            if key in skip:
+                continue  # system fields (STRIPPED_FIELDS) are never owned: no need to compare them
             _compare(
                 left.get(key, _ABSENT),
                 right.get(key, _ABSENT),

@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
 
+import orjson
+
 from vplane.kube import errors
 from vplane.kube.errors import Cause
 
@@ -1512,11 +1514,54 @@ class _Pruner:
                 self.prune_nulls(item, items)
 
 
+_EMBEDDED: dict[int, tuple[Schema, bool]] = {}
+
+
+def _has_embedded(ctx: _Ctx, schema: Schema) -> bool:
+    """Whether ``x-kubernetes-embedded-resource`` occurs anywhere below ``schema`` (memoized per schema).
+
+    Only then can metadata coercion change anything, and it is a full walk of the object; no built-in
+    kind and few CRDs have embedded resources, so most writes skip it.
+    """
+    hit = _EMBEDDED.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    seen: set[int] = set()
+
+    def walk(sub: Schema) -> bool:
+        if id(sub) in seen:
+            return False
+        seen.add(id(sub))
+        n = ctx.node(sub)
+        if n.embedded:
+            return True
+        children = [*n.properties.values(), *n.all_of, *n.any_of, *n.one_of]
+        children += [c for c in (n.additional_schema, n.items, n.not_) if c is not None]
+        return any(walk(c) for c in children)
+
+    found = walk(schema)
+    if len(_EMBEDDED) > 4096:
+        _EMBEDDED.clear()
+    _EMBEDDED[id(schema)] = (schema, found)
+    return found
+
+
+def _may_hold_null(obj: Any) -> bool:
+    """A cheap pre-check before walking for nulls: compact JSON shows a null value as ``:null``,
+    ``[null`` or ``,null`` (a string containing those only costs the walk)."""
+    try:
+        text = orjson.dumps(obj)
+    except (TypeError, orjson.JSONEncodeError):
+        return True  # e.g. an integer beyond 64 bits: walk the slow way
+    return b":null" in text or b"[null" in text or b",null" in text
+
+
 def _run_pruner(pruner: _Pruner, obj: Any, schema: Schema, is_resource_root: bool) -> None:
     if is_resource_root and isinstance(obj, dict) and "metadata" in obj:
         pruner.object_meta(obj["metadata"], "", clean_nulls=False, into=pruner.root_meta_paths)
     pruner.prune(obj, schema, "", embedded=is_resource_root)
-    pruner.coerce(obj, schema, "")
+    if _has_embedded(pruner.ctx, schema):
+        pruner.coerce(obj, schema, "")
 
 
 # -- public API -----------------------------------------------------------------------------------------------
@@ -1553,7 +1598,8 @@ def prune(
     """
     pruner = _Pruner(_context(components), mutate=True)
     _run_pruner(pruner, obj, schema, is_resource_root)
-    pruner.prune_nulls(obj, schema)
+    if _may_hold_null(obj):
+        pruner.prune_nulls(obj, schema)
     return ["." + p for p in _ordered(pruner)]
 
 
