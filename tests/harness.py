@@ -61,8 +61,11 @@ class Kubectl:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-class APIServerProcess:
-    """``vplane apiserver`` in a subprocess on a free loopback port."""
+class ServerProcess:
+    """A ``vplane`` server command in a subprocess on a free loopback port, restartable on the same port."""
+
+    command: tuple[str, ...] = ()
+    stop_timeout = 10.0
 
     def __init__(self, data_dir: Path, settings: dict[str, Any] | None = None) -> None:
         self.data_dir = data_dir
@@ -71,11 +74,7 @@ class APIServerProcess:
         self.url = ""
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
 
-    @property
-    def kubeconfig(self) -> Path:
-        return self.data_dir / "kubeconfig.yaml"
-
-    def start(self, **settings: Any) -> APIServerProcess:
+    def _start(self, settings: dict[str, Any]) -> None:
         self.settings.update(settings)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         ready = self.data_dir / "ready"
@@ -85,7 +84,7 @@ class APIServerProcess:
             sys.executable,
             "-m",
             "vplane.cli.main",
-            "apiserver",
+            *self.command,
             "--data-dir",
             str(self.data_dir),
             "--listen",
@@ -102,12 +101,13 @@ class APIServerProcess:
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while not ready.exists():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"apiserver exited with {self.proc.returncode}:\n{self.log()}")
+                raise RuntimeError(
+                    f"{' '.join(self.command)} exited with {self.proc.returncode}:\n{self.log()}"
+                )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"apiserver did not become ready:\n{self.log()}")
+                raise RuntimeError(f"{' '.join(self.command)} did not become ready:\n{self.log()}")
             time.sleep(0.05)
         self.url = ready.read_text().strip()
-        return self
 
     def _last_port(self) -> int | None:
         if self.url:
@@ -124,7 +124,7 @@ class APIServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(10)
+                self.proc.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -135,6 +135,20 @@ class APIServerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
             self.proc = None
+
+
+class APIServerProcess(ServerProcess):
+    """``vplane apiserver`` in a subprocess on a free loopback port."""
+
+    command = ("apiserver",)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.data_dir / "kubeconfig.yaml"
+
+    def start(self, **settings: Any) -> APIServerProcess:
+        self._start(settings)
+        return self
 
     def restart(self, **settings: Any) -> APIServerProcess:
         self.stop()
@@ -178,15 +192,11 @@ class APIServerProcess:
             return exc.code, dict(exc.headers), exc.read()
 
 
-class PlatformProcess:
+class PlatformProcess(ServerProcess):
     """``vplane platform start`` in a subprocess on a free loopback port (restartable on the same port)."""
 
-    def __init__(self, data_dir: Path, settings: dict[str, Any] | None = None) -> None:
-        self.data_dir = data_dir
-        self.settings = dict(settings or {})
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = ""
-        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+    command = ("platform", "start")
+    stop_timeout = 30.0
 
     @property
     def kubeconfig(self) -> Path:
@@ -196,61 +206,9 @@ class PlatformProcess:
     def ca(self) -> Path:
         return self.data_dir / "api" / "pki" / "ca.crt"
 
-    def start(self) -> PlatformProcess:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        ready = self.data_dir / "ready"
-        ready.unlink(missing_ok=True)
-        port = int(self.url.rsplit(":", 1)[1]) if self.url else 0
-        cmd = [
-            sys.executable,
-            "-m",
-            "vplane.cli.main",
-            "platform",
-            "start",
-            "--data-dir",
-            str(self.data_dir),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--ready-file",
-            str(ready),
-        ]
-        for name, value in self.settings.items():
-            cmd += ["--set", f"{name}={value}"]
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-            )
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while not ready.exists():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"platform exited with {self.proc.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"platform did not become ready:\n{self.log()}")
-            time.sleep(0.05)
-        self.url = ready.read_text().strip()
+    def start(self, **settings: Any) -> PlatformProcess:
+        self._start(settings)
         return self
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-20000:]
-        except FileNotFoundError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-            self.proc = None
 
     def tenant_dir(self, project: str, name: str) -> Path:
         return self.data_dir / "tenants" / f"p-{project}" / name

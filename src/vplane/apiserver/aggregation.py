@@ -32,6 +32,7 @@ from vplane.apiserver.watch import WatchEvent
 from vplane.kube import errors
 from vplane.kube.objects import Obj
 from vplane.support import requestheader
+from vplane.support.httprelay import relay_response
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -187,25 +188,7 @@ class Aggregator:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.info("aggregated backend unreachable", apiservice=backend.name, error=str(exc))
             return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
-        async with upstream:
-            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for name, value in upstream.headers.items():
-                if name.lower() not in requestheader.HOP_BY_HOP:
-                    resp.headers.add(name, value)
-            if (
-                upstream.headers.get("Transfer-Encoding", "").lower() == "chunked"
-                or upstream.content_length is None
-            ):
-                resp.enable_chunked_encoding()
-            else:
-                resp.content_length = upstream.content_length
-            await resp.prepare(request)
-            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
-                async for chunk in upstream.content.iter_any():
-                    await resp.write(chunk)
-            with contextlib.suppress(ConnectionResetError):
-                await resp.write_eof()
-            return resp
+        return await relay_response(request, upstream)
 
     def resolve(self, backend: Backend) -> str:
         """The backend's base URL from its Service (ExternalName) or the Service's Endpoints."""

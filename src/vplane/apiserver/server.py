@@ -40,7 +40,8 @@ from vplane.kube.objects import Obj
 from vplane.storage.cache import Cache
 from vplane.storage.interface import Store
 from vplane.storage.sqlite import SQLiteStore
-from vplane.support import requestheader, tls
+from vplane.support import kubeconfig, requestheader, tls
+from vplane.support.tasks import cancel_and_wait
 
 log = structlog.get_logger("vplane.apiserver")
 
@@ -172,11 +173,7 @@ class APIServer:
     async def stop(self) -> None:
         self.ready = False
         self.hub.close_all()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._tasks)
         if self._runner is not None:
             await self._runner.cleanup()
         await self.aggregator.close()
@@ -233,7 +230,7 @@ class APIServer:
 
     def _write_kubeconfig(self, token: str) -> None:
         assert self.ca is not None
-        write_kubeconfig(self.kubeconfig_path, self.url, self.ca.cert_pem, token, "vplane", "admin")
+        write_kubeconfig(self.kubeconfig_path, self.url, self.ca.cert_pem, token, "vplane")
 
     async def _bootstrap(self) -> None:
         ctx = self.system_context()
@@ -641,41 +638,6 @@ def status_response(exc: errors.StatusError) -> web.Response:
     return resp
 
 
-def write_kubeconfig(
-    path: Path,
-    server: str,
-    ca_pem: bytes,
-    token: str,
-    cluster: str,
-    user: str,
-    contexts: list[tuple[str, str, str, str, bytes]] | None = None,
-) -> None:
-    """A kubeconfig with one context (or several, for ``vplane up``), CA data inline."""
-    import base64
-
-    import yaml
-
-    entries = contexts or [(cluster, server, user, token, ca_pem)]
-    doc: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [],
-        "users": [],
-        "contexts": [],
-        "current-context": entries[0][0],
-        "preferences": {},
-    }
-    for name, url, username, tok, ca in entries:
-        doc["clusters"].append(
-            {
-                "name": name,
-                "cluster": {"server": url, "certificate-authority-data": base64.b64encode(ca).decode()},
-            }
-        )
-        doc["users"].append({"name": f"{name}-{username}", "user": {"token": tok}})
-        doc["contexts"].append({"name": name, "context": {"cluster": name, "user": f"{name}-{username}"}})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
-    tmp.chmod(0o600)
-    tmp.replace(path)
+def write_kubeconfig(path: Path, server: str, ca_pem: bytes, token: str, name: str) -> None:
+    """An admin kubeconfig for one server, CA data inline."""
+    kubeconfig.write_kubeconfig(path, kubeconfig.kubeconfig_doc([(name, server, ca_pem, token)], name))

@@ -1,5 +1,5 @@
 """Where the CLI remembers the platform it talks to (``$VPLANE_HOME/config.yaml``, default ``~/.vplane``),
-and how it writes kubeconfig contexts for the management API and tenant clusters."""
+and the names of the kubeconfig contexts it writes for the management API and tenant clusters."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import base64
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -63,59 +62,21 @@ def tenant_server(login: PlatformLogin, name: str, project: str) -> str:
     return f"{login.url.rstrip('/')}/kubernetes/project/{project}/virtualcluster/{name}"
 
 
-def kubeconfig_doc(entries: list[tuple[str, str, bytes, str]], current: str) -> dict[str, Any]:
-    """A kubeconfig with one context per (name, server, CA, token)."""
-    doc: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [],
-        "users": [],
-        "contexts": [],
-        "current-context": current,
-        "preferences": {},
-    }
-    for name, server, ca, token in entries:
-        doc["clusters"].append(
-            {
-                "name": name,
-                "cluster": {"server": server, "certificate-authority-data": base64.b64encode(ca).decode()},
-            }
-        )
-        doc["users"].append({"name": name, "user": {"token": token}})
-        doc["contexts"].append({"name": name, "context": {"cluster": name, "user": name}})
-    return doc
+from vplane.support.kubeconfig import (  # noqa: E402 - re-exported for the CLI's commands
+    default_kubeconfig,
+    kubeconfig_doc,
+    merge_context,
+    write_kubeconfig,
+)
 
-
-def write_kubeconfig(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
-    tmp.chmod(0o600)
-    tmp.replace(path)
-
-
-def default_kubeconfig() -> Path:
-    first = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    return Path(first).expanduser() if first else Path("~/.kube/config").expanduser()
-
-
-def merge_context(path: Path, name: str, server: str, ca: bytes, token: str, switch: bool = True) -> None:
-    """Add or replace one context (and its cluster and user) in an existing kubeconfig file."""
-    doc: dict[str, Any] = yaml.safe_load(path.read_text()) if path.exists() else None or {}
-    if not doc:
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [],
-            "users": [],
-            "contexts": [],
-            "preferences": {},
-        }
-    fresh = kubeconfig_doc([(name, server, ca, token)], name)
-    for section in ("clusters", "users", "contexts"):
-        items = [i for i in doc.get(section) or [] if i.get("name") != name]
-        items.extend(fresh[section])
-        doc[section] = items
-    if switch or not doc.get("current-context"):
-        doc["current-context"] = name
-    write_kubeconfig(path, doc)
+__all__ = [
+    "PlatformLogin",
+    "default_kubeconfig",
+    "home",
+    "kubeconfig_doc",
+    "management_context",
+    "merge_context",
+    "tenant_context",
+    "tenant_server",
+    "write_kubeconfig",
+]

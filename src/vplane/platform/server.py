@@ -30,6 +30,7 @@ from vplane.platform.settings import PlatformSettings
 from vplane.platform.tenantproxy import PREFIX, TenantProxy
 from vplane.platform.tenants import TenantSupervisor
 from vplane.support import tls
+from vplane.support.tasks import cancel_and_wait
 
 log = structlog.get_logger("vplane.platform")
 
@@ -100,7 +101,6 @@ class Platform:
             self.api.ca.cert_pem,
             self.admin_key,
             "management",
-            ADMIN_USER,
         )
         self.client = KubeClient.from_kubeconfig(self.management_kubeconfig, field_manager="vplane-platform")
         mesh_ca = await asyncio.to_thread(_mesh_ca, self.data_dir / "mesh")
@@ -127,11 +127,7 @@ class Platform:
         )
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._tasks)
         if self.tenant_proxy is not None:
             await self.tenant_proxy.close()
         if self.supervisor is not None:

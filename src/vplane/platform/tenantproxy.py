@@ -8,7 +8,6 @@ RBAC; the platform adds nothing to the caller's identity.
 
 from __future__ import annotations
 
-import contextlib
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from aiohttp import web
 from vplane.kube import errors
 from vplane.kube.accesskeys import project_namespace
 from vplane.platform.tenants import Tenant
+from vplane.support.httprelay import relay_response
 from vplane.support.requestheader import HOP_BY_HOP
 
 PREFIX = "/kubernetes/project/"
@@ -88,19 +88,4 @@ class TenantProxy:
             )
         except (aiohttp.ClientError, OSError) as exc:
             raise errors.service_unavailable(f'tenant cluster "{name}" is unreachable: {exc}', 1) from None
-        async with upstream:
-            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for key, value in upstream.headers.items():
-                if key.lower() not in HOP_BY_HOP:
-                    resp.headers.add(key, value)
-            if upstream.content_length is None:
-                resp.enable_chunked_encoding()
-            else:
-                resp.content_length = upstream.content_length
-            await resp.prepare(request)
-            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
-                async for chunk in upstream.content.iter_any():
-                    await resp.write(chunk)
-            with contextlib.suppress(ConnectionResetError):
-                await resp.write_eof()
-            return resp
+        return await relay_response(request, upstream)

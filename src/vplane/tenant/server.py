@@ -22,6 +22,7 @@ from vplane.kube.accesskeys import ADMINS_GROUP
 from vplane.mesh.session import DirectListener, NodeSession, RegistrationError, tls_server_context
 from vplane.mesh.settings import MeshSettings
 from vplane.support import tls
+from vplane.support.tasks import cancel_and_wait
 from vplane.tenant.identity import PlatformTokenReviewer
 from vplane.tenant.settings import TenantSettings
 
@@ -167,11 +168,7 @@ class TenantServer:
         await asyncio.Event().wait()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._tasks)
         if self.node is not None:
             await self.node.close()
         if self.listener is not None:
