@@ -170,10 +170,18 @@ def test_legacy_discovery_shapes(
             "preferredVersion": {"groupVersion": f"{widgets}/v1", "version": "v1"},
         }
     ]
+
+    def vanished(name: str) -> bool:
+        """Other tests share this server and delete their CRDs: a group may go between two requests."""
+        _, now = _json(shared_apiserver, "GET", "/apis")
+        return name not in {g["name"] for g in now["groups"]}
+
     for group in groups["groups"]:
         assert group["preferredVersion"] in group["versions"], group
         assert set(group["preferredVersion"]) == {"groupVersion", "version"}
         status, single = _json(shared_apiserver, "GET", f"/apis/{group['name']}")
+        if status == 404 and vanished(group["name"]):
+            continue
         assert status == 200
         assert single["kind"] == "APIGroup"
         assert single["preferredVersion"] in single["versions"]
@@ -184,6 +192,8 @@ def test_legacy_discovery_shapes(
     paths = ["/api/v1"] + [f"/apis/{v['groupVersion']}" for g in groups["groups"] for v in g["versions"]]
     for path in paths:
         status, resources = _json(shared_apiserver, "GET", path)
+        if status == 404 and path.startswith("/apis/") and vanished(path.split("/")[2]):
+            continue
         assert status == 200, path
         assert resources["kind"] == "APIResourceList"
         for res in resources["resources"]:

@@ -35,6 +35,8 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Final
 
+import orjson
+
 from vplane.kube import errors
 from vplane.kube.objects import Obj, split_api_version
 from vplane.kube.schema_meta import SchemaNode
@@ -149,6 +151,114 @@ def record_update(
     ``builtin`` marks kinds upstream implements as Go structs: their create starts from an empty typed
     object in which struct fields already exist, so those get no ``.`` entry (custom resources do).
     """
+    if old is None and not (_meta_of(new).get("managedFields")):
+        memo_key = _create_memo_key(new, manager, schema, api_version, subresource, ignored, builtin)
+        if memo_key is not None:
+            return _record_create_memoized(
+                memo_key,
+                new,
+                manager=manager,
+                schema=schema,
+                api_version=api_version,
+                now=now,
+                subresource=subresource,
+                ignored=ignored,
+                builtin=builtin,
+            )
+    return _record_update(
+        old,
+        new,
+        manager=manager,
+        schema=schema,
+        api_version=api_version,
+        now=now,
+        subresource=subresource,
+        ignored=ignored,
+        builtin=builtin,
+    )
+
+
+# A create's field set depends only on the object's shape (map keys, list contents, which containers are
+# empty), not on scalar values, so objects of one shape (Events, Pods from one template, the same
+# ConfigMap layout) share one computed answer. The memo is exact: on a miss the general algorithm runs.
+_CREATE_MEMO: dict[tuple[Any, ...], tuple[SchemaNode | None, Any]] = {}
+_CREATE_MEMO_MAX = 2048
+
+
+def _shape_of(value: Any, schema: SchemaNode | None) -> Any:
+    """What the field set of ``value`` depends on: map keys, list item identities (as the diff keys them),
+    and which containers are empty; never scalar values outside list keys."""
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return ("{", tuple((k, _shape_of(v, _member(schema, k))) for k, v in value.items()))
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        kind, keys = _list_kind(schema)
+        if kind == "atomic":
+            return "L"
+        item_schema = _items_of(schema)
+        return (
+            "[",
+            tuple((_item_pe(item, kind, keys, item_schema), _shape_of(item, item_schema)) for item in value),
+        )
+    return "s"
+
+
+def _create_memo_key(
+    new: Obj,
+    manager: str,
+    schema: SchemaNode | None,
+    api_version: str,
+    subresource: str,
+    ignored: Collection[Path],
+    builtin: bool,
+) -> tuple[Any, ...] | None:
+    try:
+        shape = _shape_of(new, schema)
+    except (_Invalid, TypeError, ValueError, RecursionError):
+        return None  # malformed lists and the like: the general algorithm reports or tolerates them
+    return (shape, manager, id(schema), api_version, subresource, tuple(sorted(ignored)), builtin)
+
+
+def _record_create_memoized(key: tuple[Any, ...], new: Obj, **kwargs: Any) -> Obj:
+    hit = _CREATE_MEMO.get(key)
+    if hit is not None and hit[0] is kwargs["schema"]:
+        result: Obj = dict(new)
+        meta = dict(new["metadata"]) if isinstance(new.get("metadata"), dict) else {}
+        result["metadata"] = meta
+        entries = hit[1]
+        if entries:
+            meta["managedFields"] = [
+                {**entry, "time": kwargs["now"], "fieldsV1": orjson.loads(orjson.dumps(entry["fieldsV1"]))}
+                if "time" in entry
+                else orjson.loads(orjson.dumps(entry))
+                for entry in entries
+            ]
+        else:
+            meta.pop("managedFields", None)
+        return result
+    result = _record_update(None, new, **kwargs)
+    if len(_CREATE_MEMO) >= _CREATE_MEMO_MAX:
+        _CREATE_MEMO.clear()
+    entries = _meta_of(result).get("managedFields")
+    _CREATE_MEMO[key] = (kwargs["schema"], orjson.loads(orjson.dumps(entries)) if entries else None)
+    return result
+
+
+def _record_update(
+    old: Obj | None,
+    new: Obj,
+    *,
+    manager: str,
+    schema: SchemaNode | None,
+    api_version: str,
+    now: str,
+    subresource: str = "",
+    ignored: Collection[Path] = (),
+    builtin: bool = False,
+) -> Obj:
     result: Obj = dict(new)  # only metadata.managedFields changes; the rest may be shared
     if isinstance(new.get("metadata"), dict):
         result["metadata"] = dict(new["metadata"])
