@@ -86,10 +86,9 @@ class Aggregator:
 
     def _put(self, obj: Obj) -> None:
         spec = obj.get("spec") or {}
-        group, version = str(spec.get("group", "")), str(spec.get("version", ""))
-        key = (group, version)
+        key = _group_version(obj)
         old = self.backends.get(key)
-        backend = Backend(obj["metadata"]["name"], group, version, spec)
+        backend = Backend(obj["metadata"]["name"], key[0], key[1], spec)
         if old is not None and old.spec == spec:
             backend.available, backend.reason, backend.message = old.available, old.reason, old.message
             backend.resources, backend.stale, backend.session = old.resources, old.stale, old.session
@@ -103,16 +102,14 @@ class Aggregator:
         if not wevent.event.kv.key.startswith(APISERVICE_PREFIX):
             return
         obj = wevent.obj()
+        key = _group_version(obj)
         if wevent.event.type == "DELETE":
-            spec = obj.get("spec") or {}
-            backend = self.backends.pop((str(spec.get("group", "")), str(spec.get("version", ""))), None)
+            backend = self.backends.pop(key, None)
             if backend is not None and backend.session is not None:
                 self._close_later(backend.session)
             self.server.registry.generation += 1  # discovery must drop the group
             return
-        before = self.backends.get(
-            (str((obj.get("spec") or {}).get("group", "")), str((obj.get("spec") or {}).get("version", "")))
-        )
+        before = self.backends.get(key)
         self._put(obj)
         if before is None or before.spec != obj.get("spec"):
             self.server.registry.generation += 1
@@ -401,6 +398,11 @@ class Aggregator:
 
 class _DiscoveryError(Exception):
     pass
+
+
+def _group_version(apiservice: Obj) -> tuple[str, str]:
+    spec = apiservice.get("spec") or {}
+    return str(spec.get("group", "")), str(spec.get("version", ""))
 
 
 def _describe(exc: BaseException) -> str:

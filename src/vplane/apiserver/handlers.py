@@ -12,7 +12,6 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote_plus
 
 import orjson
 import yaml
@@ -23,7 +22,7 @@ from vplane.apiserver.context import RequestContext
 from vplane.apiserver.objects import DeleteOptions, patch_types_for
 from vplane.apiserver.registry import ResourceType
 from vplane.apiserver.requestinfo import RequestInfo
-from vplane.apiserver.watch import Watcher, frame_obj
+from vplane.apiserver.watch import Watcher, WatchEvent, frame_bytes, frame_obj
 from vplane.kube import errors, fields, labels
 from vplane.kube.objects import Obj
 from vplane.storage.interface import CompactedError, KeyValue
@@ -161,11 +160,8 @@ class ResourceHandlers:
     # -- selectors -------------------------------------------------------------------------------
 
     def _selectors(self, rtype: ResourceType, query: Any) -> tuple[labels.Selector, fields.FieldSelector]:
-        label_sel = labels.parse(
-            unquote_plus(query.get("labelSelector", ""))
-            if "+" in query.get("labelSelector", "")
-            else query.get("labelSelector", "")
-        )
+        # The query is already form-decoded (``+`` is a space), so it parses as is.
+        label_sel = labels.parse(query.get("labelSelector", ""))
         field_sel = fields.parse(query.get("fieldSelector", ""))
         supported = (
             {"metadata.name", "metadata.namespace"}
@@ -342,20 +338,26 @@ class ResourceHandlers:
         timeout = _int_param(query, "timeoutSeconds")
         if send_initial is not None and send_initial != "":
             initial = _bool_param(query, "sendInitialEvents")
-            if query.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks and initial:
+            if query.get("resourceVersionMatch") != "NotOlderThan":
+                raise errors.invalid(
+                    "ListOptions",
+                    "",
+                    [
+                        errors.field_invalid(
+                            "resourceVersionMatch",
+                            query.get("resourceVersionMatch", ""),
+                            "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                        )
+                    ],
+                )
+            if initial and not bookmarks:
                 raise errors.invalid(
                     "ListOptions",
                     "",
                     [
                         errors.field_forbidden(
-                            "sendInitialEvents",
-                            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
-                        )
-                        if False
-                        else errors.field_invalid(
-                            "resourceVersionMatch",
-                            query.get("resourceVersionMatch", ""),
-                            "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                            "allowWatchBookmarks",
+                            "sendInitialEvents requires setting allowWatchBookmarks to true",
                         )
                     ],
                 )
@@ -464,8 +466,6 @@ class ResourceHandlers:
             if bookmarks and self._wants_initial_end(request):
                 await resp.write(frame_obj("BOOKMARK", self._bookmark(rtype, snapshot_rev, initial_end=True)))
         else:
-            from vplane.apiserver.watch import WatchEvent
-
             if replay is None:
                 try:
                     events = await self.cache.events_after(start_rev)
@@ -703,8 +703,6 @@ class _TableState:
 
     def frame_kv(self, event_type: str, kv: KeyValue) -> bytes:
         if not self.fmt.table and not self.rtype.is_custom:
-            from vplane.apiserver.watch import frame_bytes
-
             return frame_bytes(event_type, codec.wire_bytes(kv))
         obj = self.handlers.objects.to_version(self.rtype, codec.decode_kv(kv))
         return frame_obj(event_type, self._table(obj) if self.fmt.table else obj)

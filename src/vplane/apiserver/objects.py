@@ -630,14 +630,12 @@ def _fields_of(obj: Obj) -> list[tuple[str, str, Any]]:
 
 
 def _without_metadata(schema: Obj) -> Obj:
-    props = dict(schema.get("properties") or {})
-    for key in ("apiVersion", "kind", "metadata"):
-        props.pop(key, None)
+    """The CRD schema minus apiVersion, kind and metadata, which ObjectMeta rules validate instead."""
+    resource_fields = ("apiVersion", "kind", "metadata")
     out = dict(schema)
-    out["properties"] = props
-    out.pop("required", None) if "required" in out and set(out["required"]) <= {
-        "apiVersion",
-        "kind",
-        "metadata",
-    } else None
+    out["properties"] = {
+        k: v for k, v in (schema.get("properties") or {}).items() if k not in resource_fields
+    }
+    if "required" in out and set(out["required"]) <= set(resource_fields):
+        del out["required"]
     return out

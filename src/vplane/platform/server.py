@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 
 from vplane.apiserver import timeutil
+from vplane.apiserver.objects import DeleteOptions
 from vplane.apiserver.server import APIServer, write_kubeconfig
 from vplane.apiserver.settings import APIServerSettings
 from vplane.apiserver.watch import WatchEvent
@@ -247,8 +248,6 @@ class Platform:
         ctx = api.system_context()
         if change.type == "removed":
             with contextlib.suppress(errors.StatusError):
-                from vplane.apiserver.objects import DeleteOptions
-
                 await api.objects.delete(ctx, rtype, "", node.id, DeleteOptions("Background"))
             return
         desired = _network_peer(node)
@@ -259,9 +258,10 @@ class Platform:
                     ctx, rtype, "", {k: v for k, v in desired.items() if k != "status"}
                 )
                 current = created
-            elif {k: current.get(k) for k in ("spec",)} != {"spec": desired["spec"]} or (
-                current["metadata"].get("annotations") or {}
-            ) != desired["metadata"]["annotations"]:
+            elif (
+                current.get("spec") != desired["spec"]
+                or (current["metadata"].get("annotations") or {}) != desired["metadata"]["annotations"]
+            ):
 
                 def mutate(obj: Obj) -> Obj:
                     obj["spec"] = desired["spec"]
