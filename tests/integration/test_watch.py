@@ -754,3 +754,17 @@ def test_open_watches_end_when_the_server_stops(apiserver: APIServerProcess) -> 
     apiserver.proc.send_signal(signal.SIGTERM)
     assert rest_of_stream(connected) == []
     assert apiserver.proc.wait(timeout=15) == 0
+
+
+def test_watchlist_without_bookmarks_is_rejected(shared_apiserver: APIServerProcess, namespace: str) -> None:
+    """sendInitialEvents=true needs allowWatchBookmarks=true (the end of the initial events is a bookmark)."""
+    status, _, body = shared_apiserver.request(
+        "GET",
+        watch_path(
+            namespace, timeoutSeconds="5", sendInitialEvents="true", resourceVersionMatch="NotOlderThan"
+        ),
+    )
+    assert status == 422, body
+    doc = json.loads(body)
+    assert doc["reason"] == "Invalid"
+    assert "sendInitialEvents requires setting allowWatchBookmarks to true" in doc["message"]
