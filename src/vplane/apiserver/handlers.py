@@ -558,8 +558,8 @@ class ResourceHandlers:
             result = await rtype.create_handler(ctx, obj)
             return object_response(result, fmt, 201, ctx)
         ctx.duplicate_fields = duplicates
-        created = await self.objects.create(ctx, rtype, info.namespace, obj)
-        return object_response(created, fmt, 201, ctx)
+        created = await self.objects.create_stored(ctx, rtype, info.namespace, obj)
+        return self._written_response(rtype, created, fmt, 201, ctx)
 
     async def update(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
@@ -572,8 +572,23 @@ class ResourceHandlers:
             return object_response(
                 await self.server.namespaces.finalize(ctx, rtype, info.name, obj), fmt, 200, ctx
             )
-        updated = await self.objects.update(ctx, rtype, info.namespace, info.name, obj, info.subresource)
-        return object_response(updated, fmt, 200, ctx)
+        updated = await self.objects.update_stored(
+            ctx, rtype, info.namespace, info.name, obj, info.subresource
+        )
+        return self._written_response(rtype, updated, fmt, 200, ctx)
+
+    def _written_response(
+        self,
+        rtype: ResourceType,
+        result: KeyValue | Obj,
+        fmt: ResponseFormat,
+        status: int,
+        ctx: RequestContext,
+    ) -> web.Response:
+        """Serve what a write stored as its bytes when the request's version is the stored one (JSON)."""
+        if isinstance(result, KeyValue) and not fmt.yaml and rtype.version == rtype.storage_version:
+            return json_response(codec.wire_bytes(result), status, ctx)
+        return object_response(self.objects.as_object(rtype, result), fmt, status, ctx)
 
     async def patch(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo

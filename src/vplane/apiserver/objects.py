@@ -125,6 +125,16 @@ class ObjectStore:
         self, ctx: RequestContext, rtype: ResourceType, namespace: str, obj: Obj, *, applied: bool = False
     ) -> Obj:
         """Create ``obj``; ``applied`` means server-side apply already recorded its managed fields."""
+        result = await self.create_stored(ctx, rtype, namespace, obj, applied=applied)
+        if isinstance(result, KeyValue):
+            return self.to_version(rtype, codec.decode_kv(result))
+        return result
+
+    async def create_stored(
+        self, ctx: RequestContext, rtype: ResourceType, namespace: str, obj: Obj, *, applied: bool = False
+    ) -> KeyValue | Obj:
+        """:meth:`create`, answering with the stored value (an object only for a dry run), so a handler
+        can serve the stored bytes without decoding and re-encoding them."""
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")
@@ -167,10 +177,9 @@ class ObjectStore:
             return self.to_version(rtype, obj)
         for attempt in range(8):
             try:
-                kv = await self.cache.create(
+                return await self.cache.create(
                     rtype.key(meta.get("namespace", ""), meta["name"]), codec.stored_bytes(obj)
                 )
-                return codec.decode_kv(kv)
             except KeyExistsError:
                 if not generated or attempt == 7:
                     raise errors.already_exists(rtype.resource, meta["name"], rtype.group) from None
@@ -213,6 +222,18 @@ class ObjectStore:
         subresource: str = "",
     ) -> Obj:
         """PUT: replace the object (or its status) with ``new``; 409 when its resourceVersion is stale."""
+        return self.as_object(rtype, await self.update_stored(ctx, rtype, namespace, name, new, subresource))
+
+    async def update_stored(
+        self,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        new: Obj,
+        subresource: str = "",
+    ) -> KeyValue | Obj:
+        """:meth:`update`, answering with the stored value when one was written."""
         meta = new.get("metadata")
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")
@@ -233,7 +254,7 @@ class ObjectStore:
                 [errors.field_invalid("metadata.resourceVersion", 0, "must be specified for an update")],
                 rtype.group,
             )
-        return await self.guaranteed_update(
+        return await self._guaranteed_update(
             ctx,
             rtype,
             namespace,
@@ -242,6 +263,12 @@ class ObjectStore:
             user_rv=user_rv,
             subresource=subresource,
         )
+
+    def as_object(self, rtype: ResourceType, result: KeyValue | Obj) -> Obj:
+        """A write's answer as an object in the version the request used."""
+        if isinstance(result, KeyValue):
+            return self.to_version(rtype, codec.decode_kv(result))
+        return result
 
     async def guaranteed_update(
         self,
@@ -259,13 +286,30 @@ class ObjectStore:
 
         ``apply`` (server-side apply) may also create the object when it is missing.
         """
+        result = await self._guaranteed_update(
+            ctx, rtype, namespace, name, mutate, user_rv=user_rv, subresource=subresource, apply=apply
+        )
+        return self.as_object(rtype, result)
+
+    async def _guaranteed_update(
+        self,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        mutate: Mutation,
+        *,
+        user_rv: str = "",
+        subresource: str = "",
+        apply: Callable[[Obj | None], Obj] | None = None,
+    ) -> KeyValue | Obj:
         key = rtype.key(namespace, name)
         for _ in range(MAX_UPDATE_RETRIES):
             kv = self.cache.get(key)
             if kv is None:
                 if apply is not None and not subresource:
                     created = apply(None)
-                    return await self.create(ctx, rtype, namespace, created, applied=True)
+                    return await self.create_stored(ctx, rtype, namespace, created, applied=True)
                 raise errors.not_found(rtype.resource, name, rtype.group)
             old = self.to_version(rtype, codec.decode_kv(kv))
             if user_rv and user_rv != str(kv.mod_revision):
@@ -294,10 +338,8 @@ class ObjectStore:
             self._to_storage_version(rtype, new)
             try:
                 if finishing:
-                    gone = await self.cache.delete(key, kv.mod_revision)
-                    return codec.decode_kv(gone)
-                stored = await self.cache.update(key, codec.stored_bytes(new), kv.mod_revision)
-                return self.to_version(rtype, codec.decode_kv(stored))
+                    return await self.cache.delete(key, kv.mod_revision)
+                return await self.cache.update(key, codec.stored_bytes(new), kv.mod_revision)
             except RevisionMismatchError:
                 if user_rv:
                     raise errors.conflict(rtype.resource, name, rtype.group) from None

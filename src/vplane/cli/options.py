@@ -4,6 +4,7 @@ server until SIGINT or SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -37,12 +38,22 @@ def build_settings(model: type[M], base: dict[str, Any], overrides: tuple[str, .
         raise click.UsageError(str(exc)) from None
 
 
+GC_YOUNG_THRESHOLD = 10_000
+"""Net container allocations between young-generation collections (CPython's default is 700).
+
+A server under load keeps a few thousand objects alive per batch of in-flight requests; at the default
+every collection walks them all a few hundred times a second, about 5% of the CPU of a create-heavy load
+(measured in bench/apiserver). Ten thousand keeps young collections to a few per second."""
+
+
 def run_until_signalled(
     start: Callable[[], Awaitable[Any]],
     stop: Callable[[], Awaitable[Any]],
     ready_file: Path | None = None,
     ready_text: Callable[[], str] | None = None,
 ) -> None:
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
     async def main() -> None:
         loop = asyncio.get_running_loop()
         stopping = asyncio.Event()

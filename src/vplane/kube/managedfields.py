@@ -187,11 +187,21 @@ _CREATE_MEMO_MAX = 2048
 
 def _shape_of(value: Any, schema: SchemaNode | None) -> Any:
     """What the field set of ``value`` depends on: map keys, list item identities (as the diff keys them),
-    and which containers are empty; never scalar values outside list keys."""
+    and which containers are empty; never scalar values outside list keys.
+
+    Scalars stand for themselves by their key alone (no call per leaf: this runs for every create).
+    Maps start with ``"{"`` and lists with ``"["``, so no two shapes collide.
+    """
     if isinstance(value, dict):
         if not value:
             return "{}"
-        return ("{", tuple((k, _shape_of(v, _member(schema, k))) for k, v in value.items()))
+        parts: list[Any] = ["{"]
+        for k, v in value.items():
+            if isinstance(v, dict | list):
+                parts.append((k, _shape_of(v, schema.member(k) if schema is not None else None)))
+            else:
+                parts.append(k)
+        return tuple(parts)
     if isinstance(value, list):
         if not value:
             return "[]"

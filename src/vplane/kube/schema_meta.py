@@ -20,6 +20,8 @@ ListType = Literal["atomic", "set", "map"]
 
 _REF_PREFIX = "#/components/schemas/"
 _MISSING: Any = object()
+_MAX_MAP_MEMBERS = 256
+"""Map keys (not declared fields) remembered per node: label keys and ConfigMap keys are unbounded."""
 
 
 class SchemaNode:
@@ -30,7 +32,17 @@ class SchemaNode:
     because that is where upstream puts per-field facts such as ``x-kubernetes-patch-merge-key``.
     """
 
-    __slots__ = ("_components", "_data", "_default", "_ext", "_items", "_kids", "_more", "_props")
+    __slots__ = (
+        "_components",
+        "_data",
+        "_default",
+        "_ext",
+        "_items",
+        "_kids",
+        "_members",
+        "_more",
+        "_props",
+    )
 
     def __init__(self, schema: Mapping[str, Any], components: Mapping[str, Any] | None = None) -> None:
         self._components: Mapping[str, Any] = components if components is not None else {}
@@ -39,6 +51,7 @@ class SchemaNode:
         if self._default is _MISSING:
             self._default = self._data.get("default", _MISSING)
         self._kids: dict[str, SchemaNode | None] = {}
+        self._members: dict[str, SchemaNode | None] = {}
         props = self._data.get("properties")
         # Looked up for every field of every write; plain dicts (decoded JSON) avoid ABC isinstance checks.
         self._props: Mapping[str, Any] = props if isinstance(props, dict | Mapping) else {}
@@ -97,9 +110,15 @@ class SchemaNode:
 
     def member(self, key: str) -> SchemaNode | None:
         """The schema for key ``key`` of an object: the declared property, else the map value schema."""
-        if self.has_field(key):
-            return self.child(key)
-        return self.additional()
+        try:
+            return self._members[key]  # asked for every key of every write: remembered
+        except KeyError:
+            pass
+        declared = self.has_field(key)
+        node = self.child(key) if declared else self.additional()
+        if declared or len(self._members) < _MAX_MAP_MEMBERS:
+            self._members[key] = node
+        return node
 
     @property
     def default(self) -> Any:
