@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vplane.kube import errors, structural
+from vplane.kube import errors, openapi, structural
 from vplane.kube.errors import Cause
 
 
@@ -1409,3 +1409,75 @@ def test_causes_are_well_formed(value: Any) -> None:
     for cause in structural.validate({"spec": value}, REALISTIC):
         assert set(cause) == {"reason", "message", "field"}
         assert re.fullmatch(r"FieldValue[A-Za-z]+", cause["reason"])
+
+
+# -- the clean-shape memo of prune ------------------------------------------------------------------------
+
+_other_scalars = st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False) | st.text(max_size=3)
+
+
+def _rescalar(value: Any, data: st.DataObject) -> Any:
+    """``value`` with every non-null scalar replaced by an arbitrary one: the same shape, other values."""
+    if isinstance(value, dict):
+        return {k: _rescalar(v, data) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rescalar(v, data) for v in value]
+    return None if value is None else data.draw(_other_scalars)
+
+
+def _prune_fresh(obj: Any, schema: Any, **kwargs: Any) -> tuple[list[str], Any]:
+    structural._CLEAN_SHAPES.clear()
+    pruned = copy.deepcopy(obj)
+    return structural.prune(pruned, schema, **kwargs), pruned
+
+
+def _without_embedded(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _without_embedded(v) for k, v in schema.items() if k != "x-kubernetes-embedded-resource"}
+    if isinstance(schema, list):
+        return [_without_embedded(v) for v in schema]
+    return schema
+
+
+_POD_SCHEMA = openapi.load_builtin().schemas["io.k8s.api.core.v1.Pod"]
+_PLAIN = _without_embedded(REALISTIC)  # embedded resources keep the memo out of the way
+
+
+def test_the_memo_schemas_have_no_embedded_resources() -> None:
+    """Otherwise the memo tests below would test nothing."""
+    assert not structural._has_embedded(structural._context(None), _PLAIN)
+    builtin = openapi.load_builtin().schemas
+    assert not structural._has_embedded(structural._context(builtin), _POD_SCHEMA)
+    assert structural._has_embedded(structural._context(None), REALISTIC)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values, json_values, st.data())
+def test_prune_memo_gives_the_general_answer(spec: Any, extra: Any, data: st.DataObject) -> None:
+    """An object whose shape an earlier one pruned cleanly gets the general algorithm's answer: the
+    memo is exact for any other scalar values (custom schema and a built-in kind with components)."""
+    for schema, kwargs in ((_PLAIN, {}), (_POD_SCHEMA, {"components": openapi.load_builtin().schemas})):
+        first = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"}, "spec": spec, "x": extra}
+        if data.draw(st.booleans()):
+            first.pop("x")
+        second = _rescalar(first, data)
+        expected = _prune_fresh(second, schema, **kwargs)
+        structural._CLEAN_SHAPES.clear()
+        structural.prune(copy.deepcopy(first), schema, **kwargs)
+        answered = copy.deepcopy(second)
+        assert (structural.prune(answered, schema, **kwargs), answered) == expected
+
+
+def test_prune_memo_remembers_only_clean_shapes() -> None:
+    """A shape that pruned something is walked again next time; a clean one is remembered."""
+    structural._CLEAN_SHAPES.clear()
+    dirty = {"apiVersion": "v1", "kind": "W", "metadata": {"name": "a"}, "spec": {"size": 1, "bogus": 2}}
+    assert structural.prune(copy.deepcopy(dirty), _PLAIN) == [".spec.bogus"]
+    assert structural._CLEAN_SHAPES == {}
+    assert structural.prune(copy.deepcopy(dirty), _PLAIN) == [".spec.bogus"]
+    clean = {"apiVersion": "v1", "kind": "W", "metadata": {"name": "a"}, "spec": {"size": 1}}
+    assert structural.prune(copy.deepcopy(clean), _PLAIN) == []
+    assert len(structural._CLEAN_SHAPES) == 1
+    other = {"apiVersion": "v1", "kind": "W", "metadata": {"name": "b"}, "spec": {"size": 7}}
+    assert structural.prune(other, _PLAIN) == []
+    assert len(structural._CLEAN_SHAPES) == 1

@@ -7,12 +7,13 @@ watch via ``?watch=true``, delete vs deletecollection).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 
 NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RequestInfo:
     is_resource: bool
     path: str
@@ -24,7 +25,7 @@ class RequestInfo:
     resource: str = ""
     subresource: str = ""
     name: str = ""
-    parts: list[str] = field(default_factory=list)
+    parts: tuple[str, ...] = ()
 
     @property
     def group_version(self) -> str:
@@ -41,41 +42,54 @@ _METHOD_VERBS = {
 }
 
 
+@functools.lru_cache(maxsize=4096)
 def parse(method: str, path: str, watch: bool) -> RequestInfo:
-    """Attributes of a request; ``is_resource`` is False for discovery and other non-resource paths."""
+    """Attributes of a request; ``is_resource`` is False for discovery and other non-resource paths.
+
+    Remembered per (method, path, watch): the answer is immutable and clients repeat paths (every create
+    of a kind posts to one collection path)."""
     method_verb = _METHOD_VERBS.get(method, method.lower())
     parts = [p for p in path.strip("/").split("/") if p != ""]
     nonresource = RequestInfo(is_resource=False, path=path, verb=method.lower())
     if len(parts) < 3 or parts[0] not in ("api", "apis"):
         return nonresource
     prefix = parts[0]
-    info = RequestInfo(is_resource=True, path=path, verb=method_verb, api_prefix=prefix)
+    group = namespace = ""
     rest = parts[1:]
     if prefix == "apis":
         if len(rest) < 3:
             return nonresource
-        info.group, info.version = rest[0], rest[1]
+        group, version = rest[0], rest[1]
         rest = rest[2:]
     else:
-        info.version = rest[0]
+        version = rest[0]
         rest = rest[1:]
     if rest and rest[0] == "namespaces":
         if len(rest) > 1:
-            info.namespace = rest[1]
+            namespace = rest[1]
             if len(rest) > 2 and rest[2] not in NAMESPACE_SUBRESOURCES:
                 rest = rest[2:]
-    info.parts = rest
-    if len(rest) >= 3:
-        info.subresource = rest[2]
-    if len(rest) >= 2:
-        info.name = rest[1]
-    if rest:
-        info.resource = rest[0]
-    if not info.name:
+    subresource = rest[2] if len(rest) >= 3 else ""
+    name = rest[1] if len(rest) >= 2 else ""
+    resource = rest[0] if rest else ""
+    verb = method_verb
+    if not name:
         if method_verb == "get":
-            info.verb = "watch" if watch else "list"
+            verb = "watch" if watch else "list"
         elif method_verb == "delete":
-            info.verb = "deletecollection"
+            verb = "deletecollection"
     elif method_verb == "get" and watch:
-        info.verb = "watch"
-    return info
+        verb = "watch"
+    return RequestInfo(
+        is_resource=True,
+        path=path,
+        verb=verb,
+        api_prefix=prefix,
+        group=group,
+        version=version,
+        namespace=namespace,
+        resource=resource,
+        subresource=subresource,
+        name=name,
+        parts=tuple(rest),
+    )

@@ -1412,6 +1412,7 @@ class _Pruner:
         self.paths: list[str] = []
         self.root_meta_paths: list[str] = []
         self.meta_paths: list[str] = []
+        self.changed = False
 
     def prune(self, x: Any, schema: Schema | None, path: str, embedded: bool = False) -> None:
         n = self.ctx.node(schema) if schema is not None else None
@@ -1434,6 +1435,7 @@ class _Pruner:
                     self._unknown(x, k, path)
                 elif self.mutate:
                     del x[k]
+                    self.changed = True
         elif isinstance(x, list):
             items = n.items if n is not None else None
             for i, item in enumerate(x):
@@ -1459,6 +1461,7 @@ class _Pruner:
         self.paths.append(_child(path, str(k)))
         if self.mutate:
             del x[k]
+            self.changed = True
 
     def object_meta(self, meta: Any, path: str, clean_nulls: bool, into: list[str]) -> None:
         """Unknown top-level ObjectMeta keys go (the JSON round trip through ``metav1.ObjectMeta``)."""
@@ -1470,8 +1473,10 @@ class _Pruner:
                 into.append(f"{prefix}.{k}")
                 if self.mutate:
                     del meta[k]
+                    self.changed = True
             elif clean_nulls and self.mutate and meta[k] is None:
                 del meta[k]
+                self.changed = True
 
     def coerce(self, x: Any, schema: Schema | None, path: str) -> None:
         """``objectmeta.CoerceWithOptions`` with ``isResourceRoot=false``: metadata of embedded resources."""
@@ -1485,6 +1490,7 @@ class _Pruner:
                 if n.embedded and k == "metadata":
                     if x[k] is None and self.mutate:
                         x[k] = {}
+                        self.changed = True
                     self.object_meta(x[k], path, clean_nulls=True, into=self.meta_paths)
                 if k in n.properties:
                     self.coerce(x[k], n.properties[k], _child(path, k))
@@ -1506,6 +1512,7 @@ class _Pruner:
                     sn = self.ctx.node(sub)
                     if not sn.nullable and sn.default is None:
                         del x[k]
+                        self.changed = True
                         continue
                 self.prune_nulls(x[k], sub)
         elif isinstance(x, list):
@@ -1596,11 +1603,51 @@ def prune(
     could never accept are dropped too (not listed), as upstream does right after pruning. Paths come sorted:
     root metadata, then schema fields, then embedded metadata.
     """
-    pruner = _Pruner(_context(components), mutate=True)
+    ctx = _context(components)
+    memo_key: tuple[Any, ...] | None = None
+    if not _has_embedded(ctx, schema):
+        try:
+            memo_key = (id(schema), id(components), is_resource_root, _prune_shape(obj))
+        except RecursionError:
+            memo_key = None
+        if memo_key is not None:
+            hit = _CLEAN_SHAPES.get(memo_key)
+            if hit is not None and hit[0] is schema and hit[1] is components:
+                return []
+    pruner = _Pruner(ctx, mutate=True)
     _run_pruner(pruner, obj, schema, is_resource_root)
     if _may_hold_null(obj):
         pruner.prune_nulls(obj, schema)
+    if memo_key is not None and not pruner.changed:
+        if len(_CLEAN_SHAPES) >= _CLEAN_SHAPES_MAX:
+            _CLEAN_SHAPES.clear()
+        _CLEAN_SHAPES[memo_key] = (schema, components)
     return ["." + p for p in _ordered(pruner)]
+
+
+# Whether pruning removes anything depends only on an object's shape: its keys, which containers it
+# has, and where its nulls are (never on other scalar values). Shapes seen to prune to nothing skip the
+# walk; the values keep the schemas alive so their ids stay unique. Embedded resources are left out:
+# their metadata coercion is not worth modelling here.
+_CLEAN_SHAPES: dict[tuple[Any, ...], tuple[Schema, Components | None]] = {}
+_CLEAN_SHAPES_MAX = 4096
+
+
+def _prune_shape(value: Any) -> Any:
+    """Keys and containers of ``value``, with nulls marked; maps start with ``{`` and lists with ``[``."""
+    if isinstance(value, dict):
+        parts: list[Any] = ["{"]
+        for k, v in value.items():
+            if isinstance(v, dict | list):
+                parts.append((k, _prune_shape(v)))
+            elif v is None:
+                parts.append((k, None))
+            else:
+                parts.append(k)
+        return tuple(parts)
+    if isinstance(value, list):
+        return ("[", *(_prune_shape(v) for v in value))
+    return None if value is None else "s"
 
 
 def unknown_fields(
