@@ -20,14 +20,18 @@ class SchemaSource:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self._nodes: dict[int, tuple[Any, SchemaNode | None]] = {}
+        self._definitions: dict[tuple[str, str, str, str | None], str] = {}
 
     def definition_name(self, rtype: ResourceType) -> str:
         if rtype.is_custom:
             parts = rtype.group.split(".")
             return ".".join(reversed(parts)) + f".{rtype.version}.{rtype.kind}"
-        builtin = openapi.load_builtin()
-        found = builtin.definition_for(rtype.group, rtype.version, rtype.kind)
-        return found or rtype.schema_definition or ""
+        key = (rtype.group, rtype.version, rtype.kind, rtype.schema_definition)
+        name = self._definitions.get(key)
+        if name is None:
+            found = openapi.load_builtin().definition_for(rtype.group, rtype.version, rtype.kind)
+            name = self._definitions[key] = found or rtype.schema_definition or ""
+        return name
 
     def node_for(self, rtype: ResourceType) -> SchemaNode | None:
         cached = self._nodes.get(id(rtype))

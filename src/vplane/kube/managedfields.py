@@ -304,10 +304,12 @@ def _record_update(
     return result
 
 
+@functools.lru_cache(maxsize=256)
 def manager_from_user_agent(user_agent: str) -> str:
     """``prefixFromUserAgent``: the user agent up to the first ``/``, printable, at most 128 bytes.
 
-    ``kubectl/v1.35.2 (linux/amd64) kubernetes/fdc9d74`` gives ``kubectl``.
+    ``kubectl/v1.35.2 (linux/amd64) kubernetes/fdc9d74`` gives ``kubectl``. Remembered: a server sees few
+    distinct user agents and asks on every write.
     """
     out: list[str] = []
     size = 0

@@ -106,16 +106,22 @@ def _apply(value: Any, path: Path, micro: bool) -> None:
     if not path or value is None:
         return
     head, rest = path[0], path[1:]
-    children: list[tuple[Any, Any]]
-    if head == "*":
-        if isinstance(value, list):
-            children = list(enumerate(value))
-        elif isinstance(value, dict):
-            children = list(value.items())
-        else:
+    if head != "*":  # the common step: one named field, no list of children to build
+        if not isinstance(value, dict):
             return
-    elif isinstance(value, dict) and head in value:
-        children = [(head, value[head])]
+        child = value.get(head)
+        if rest:
+            _apply(child, rest, micro)
+        elif isinstance(child, str) and not _canonical(child, micro):
+            formatted = _format(child, micro)
+            if formatted is not None:
+                value[head] = formatted
+        return
+    children: list[tuple[Any, Any]]
+    if isinstance(value, list):
+        children = list(enumerate(value))
+    elif isinstance(value, dict):
+        children = list(value.items())
     else:
         return
     for key, child in children:
