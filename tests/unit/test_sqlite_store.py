@@ -6,7 +6,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from vplane.apiserver.settings import APIServerSettings
 from vplane.storage.cache import Cache
 from vplane.storage.interface import (
     CompactedError,
@@ -133,3 +135,53 @@ async def test_shared_file_two_stores_see_each_others_writes_in_order(tmp_path: 
     assert seen_a == [1, 2, 3] and seen_b == [1, 2, 3]
     await a.store.close()
     await b.store.close()
+
+
+# -- group commit: waiting for writes already under way ---------------------------------------------------
+
+
+async def _store(path: Path, in_flight: int, linger: float) -> SQLiteStore:
+    store = SQLiteStore(path / "db.sqlite", writes_in_flight=lambda: in_flight, commit_linger=linger)
+    await store.start()
+    return store
+
+
+async def test_a_commit_waits_for_writes_still_on_their_way(tmp_path: Path) -> None:
+    """Two writes under way, one submitted: the commit waits for the second and serves both."""
+    store = await _store(tmp_path, in_flight=2, linger=30.0)
+    first = asyncio.ensure_future(store.create("/a", b"1"))
+    await asyncio.sleep(0.05)
+    assert not first.done()
+    second = await asyncio.wait_for(store.create("/b", b"2"), 10)
+    assert (await first).mod_revision == 1 and second.mod_revision == 2
+    assert store.commits == 1
+    await store.close()
+
+
+async def test_the_wait_for_writes_that_never_come_is_bounded(tmp_path: Path) -> None:
+    """The caller reports writes that never reach the store (a request failed validation, say): the
+    commit goes ahead after ``commit_linger``."""
+    store = await _store(tmp_path, in_flight=5, linger=0.1)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    kv = await asyncio.wait_for(store.create("/a", b"1"), 10)
+    assert kv.mod_revision == 1
+    assert loop.time() - started >= 0.09  # it did wait (the lower bound is the setting, not a speed)
+    assert store.commits == 1
+    await store.close()
+
+
+async def test_no_wait_when_every_write_under_way_is_submitted(tmp_path: Path) -> None:
+    """A lone writer is never delayed, whatever the linger allows (here far beyond the test timeout)."""
+    store = await _store(tmp_path, in_flight=1, linger=30.0)
+    for i in range(5):
+        await asyncio.wait_for(store.create(f"/k{i}", b"v"), 10)  # a linger would time this out
+    assert store.commits == 5
+    await store.close()
+
+
+@pytest.mark.parametrize("value", [-0.001, 1.5])
+def test_the_commit_linger_setting_is_bounded(tmp_path: Path, value: float) -> None:
+    """A negative wait, or one of more than a second, is refused with the setting's name."""
+    with pytest.raises(ValidationError, match="commit_linger_seconds"):
+        APIServerSettings(data_dir=tmp_path, commit_linger_seconds=value)

@@ -62,7 +62,11 @@ class APIServer:
         self.clock = clock
         self.data_dir = settings.data_dir
         self.store: Store = store or SQLiteStore(
-            self.data_dir / "state.db", durable=settings.durable, shared=settings.shared_store
+            self.data_dir / "state.db",
+            durable=settings.durable,
+            shared=settings.shared_store,
+            writes_in_flight=lambda: self._pending_writes,
+            commit_linger=settings.commit_linger_seconds,
         )
         self.cache = Cache(self.store, window=settings.history_window)
         self.registry = Registry()

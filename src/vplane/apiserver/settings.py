@@ -19,6 +19,9 @@ class APIServerSettings(BaseModel):
     """Request bodies above this get 413 (upstream's limit is 3 MiB)."""
     durable: bool = True
     """Acknowledge writes only after fsync (SQLite ``synchronous=FULL``)."""
+    commit_linger_seconds: float = Field(default=0.005, ge=0, le=1)
+    """Longest a commit waits for write requests already being processed to reach the store, so one
+    fsync serves them all (only while such requests exist; 0 turns the wait off)."""
     shared_store: bool = False
     """Several processes (replicas of one tenant) use the same store file; each catches up on the others."""
     kubeconfig_name: str = "kubeconfig.yaml"

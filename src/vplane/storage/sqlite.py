@@ -20,7 +20,8 @@ import contextlib
 import queue
 import sqlite3
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -95,6 +96,8 @@ class SQLiteStore:
         durable: bool = True,
         shared: bool = False,
         poll_interval: float = 0.05,
+        writes_in_flight: Callable[[], int] | None = None,
+        commit_linger: float = 0.005,
     ) -> None:
         self.path = path
         self.batch_max = batch_max
@@ -102,6 +105,16 @@ class SQLiteStore:
         self.shared = shared
         """Other processes write the same file (replicas of one tenant): catch up on their rows."""
         self.poll_interval = poll_interval
+        self.writes_in_flight = writes_in_flight
+        """How many writes the caller has under way, submitted or not (the API server's write requests).
+
+        While some of them have not reached the store yet, the writer waits up to ``commit_linger`` seconds
+        for them, so one commit and one fsync serve them all (group commit, like PostgreSQL's
+        ``commit_delay``). Without it every commit takes just what is queued."""
+        self._unresolved = 0  # submitted writes not answered yet; changed on the event loop only
+        self.commit_linger = commit_linger
+        self.commits = 0
+        """Transactions committed so far (one per batch)."""
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -232,6 +245,7 @@ class SQLiteStore:
         if self._closed or self._loop is None:
             raise StoreClosedError("store is closed")
         future: asyncio.Future[Any] = self._loop.create_future()
+        self._unresolved += 1
         self._queue.put(_Op(kind, key, value, expected, future))
         return future
 
@@ -257,23 +271,39 @@ class SQLiteStore:
                     continue
                 if op is None:
                     break
-                batch = [op]
-                stop = False
-                while len(batch) < self.batch_max:
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None:
-                        stop = True
-                        break
-                    batch.append(nxt)
+                batch, stop = self._gather(op)
                 self._commit_batch(conn, batch)
                 if stop:
                     break
         finally:
             conn.close()
             self._fail_pending()
+
+    def _gather(self, first: _Op) -> tuple[list[_Op], bool]:
+        """The batch to commit after ``first``: what is queued, plus the writes still on their way when
+        the caller says more are under way (group commit); True when the store is closing."""
+        batch = [first]
+        deadline: float | None = None
+        while len(batch) < self.batch_max:
+            try:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                hint = self.writes_in_flight
+                if hint is None or self.commit_linger <= 0 or hint() <= self._unresolved:
+                    break  # every write under way is queued or committed: waiting would gain nothing
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.commit_linger
+                if now >= deadline:
+                    break
+                try:
+                    nxt = self._queue.get(timeout=deadline - now)
+                except queue.Empty:
+                    break
+            if nxt is None:
+                return batch, True
+            batch.append(nxt)
+        return batch, False
 
     def _foreign_rows(self, conn: sqlite3.Connection) -> list[Event]:
         """Apply rows other processes committed since our last revision; return their events."""
@@ -385,6 +415,7 @@ class SQLiteStore:
                 self._index[key] = entry
         self._revision = revision
         self._compacted = compacted
+        self.commits += 1  # before the answers go out, so a caller that got one sees the count
         loop.call_soon_threadsafe(self._deliver, events, results)
 
     @staticmethod
@@ -422,6 +453,7 @@ class SQLiteStore:
         """Runs on the loop: publish events first, then wake the writers (read-your-writes)."""
         if events and self._subscriber is not None:
             self._subscriber(events)
+        self._unresolved -= len(results)
         for future, value, error in results:
             if future.done():
                 continue
