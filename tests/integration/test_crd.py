@@ -480,3 +480,16 @@ def test_object_created_in_other_version_served_in_both(
         kubectl.run("get", "--raw", f"/apis/{crd.group}/v1/namespaces/{namespace}/widgets").out
     )
     assert [i["apiVersion"] for i in listed["items"]] == [f"{crd.group}/v1"]
+    # The write's own answer is in the version the request used (the stored bytes are the storage version).
+    answered = json.loads(
+        kubectl.run(
+            "create",
+            "-f",
+            "-",
+            "-o",
+            "json",
+            input=cr(crd, "w2", namespace, {"size": 3}, api_version="v1alpha1"),
+        ).out
+    )
+    assert answered["apiVersion"] == f"{crd.group}/v1alpha1"
+    assert answered["spec"] == {"size": 3}
