@@ -125,10 +125,7 @@ class ObjectStore:
         self, ctx: RequestContext, rtype: ResourceType, namespace: str, obj: Obj, *, applied: bool = False
     ) -> Obj:
         """Create ``obj``; ``applied`` means server-side apply already recorded its managed fields."""
-        result = await self.create_stored(ctx, rtype, namespace, obj, applied=applied)
-        if isinstance(result, KeyValue):
-            return self.to_version(rtype, codec.decode_kv(result))
-        return result
+        return self.as_object(rtype, await self.create_stored(ctx, rtype, namespace, obj, applied=applied))
 
     async def create_stored(
         self, ctx: RequestContext, rtype: ResourceType, namespace: str, obj: Obj, *, applied: bool = False
