@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vplane.apiserver.requestinfo import RequestInfo
+from vplane.kube.requestinfo import RequestInfo
 
 
 @dataclass(frozen=True, slots=True)

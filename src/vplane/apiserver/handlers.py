@@ -21,7 +21,7 @@ from vplane.apiserver import codec
 from vplane.apiserver.context import RequestContext
 from vplane.apiserver.objects import DeleteOptions, patch_types_for
 from vplane.apiserver.registry import ResourceType
-from vplane.apiserver.requestinfo import RequestInfo
+from vplane.kube.requestinfo import RequestInfo
 from vplane.apiserver.watch import Watcher, WatchEvent, frame_bytes, frame_obj
 from vplane.kube import errors, fields, labels
 from vplane.kube.objects import Obj

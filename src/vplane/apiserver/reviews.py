@@ -17,7 +17,7 @@ from vplane.apiserver.authz import Attributes
 from vplane.apiserver.context import RequestContext, UserInfo
 from vplane.apiserver.handlers import object_response, response_format
 from vplane.apiserver.registry import ResourceType
-from vplane.apiserver.requestinfo import RequestInfo
+from vplane.kube.requestinfo import RequestInfo
 from vplane.kube import errors
 from vplane.kube.objects import Obj
 

@@ -19,7 +19,8 @@ import orjson
 import structlog
 from aiohttp import web
 
-from vplane.apiserver import authn, builtin, codec, discovery, policy, requestinfo, timeutil
+from vplane.apiserver import authn, builtin, codec, discovery, policy, timeutil
+from vplane.kube import requestinfo
 from vplane.apiserver.admission import Admission, NamespaceLifecycle
 from vplane.apiserver.aggregation import Aggregator
 from vplane.apiserver.authz import Attributes, RBACAuthorizer, RBACIndex, forbidden_reason

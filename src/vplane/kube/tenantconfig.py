@@ -12,8 +12,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from vplane.kube import errors
+from vplane.kube import errors, proxyconfig
 from vplane.kube.errors import Cause
+from vplane.kube.proxyconfig import Proxy
 
 
 class _Strict(BaseModel):
@@ -32,15 +33,28 @@ class ControlPlane(_Strict):
     stateful_set: StatefulSet = Field(default_factory=StatefulSet, alias="statefulSet")
 
 
+class Experimental(BaseModel):
+    """``experimental``: the proxy section is modelled; upstream's other experimental keys pass through."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    proxy: Proxy = Field(default_factory=Proxy)
+
+
 class TenantConfig(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     control_plane: ControlPlane = Field(default_factory=ControlPlane, alias="controlPlane")
-    experimental: dict[str, Any] = Field(default_factory=dict)
+    experimental: Experimental = Field(default_factory=Experimental)
+    sync: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def replicas(self) -> int:
         return self.control_plane.stateful_set.high_availability.replicas
+
+    def proxy_targets(self, client_project: str) -> list[proxyconfig.ProxyTarget]:
+        """The enabled proxied group/versions (empty: no resource proxy runs)."""
+        return proxyconfig.proxy_targets(self.experimental.proxy, client_project)
 
 
 def parse(values: str | None, field: str = "spec.template.helmRelease.values") -> TenantConfig:
@@ -66,14 +80,18 @@ def validate(values: str | None, field: str = "spec.template.helmRelease.values"
     if not isinstance(doc, dict):
         return [errors.field_invalid(field, "<yaml>", "must be a YAML mapping")]
     try:
-        TenantConfig.model_validate(doc)
+        config = TenantConfig.model_validate(doc)
     except ValidationError as exc:
         causes: list[Cause] = []
         for err in exc.errors():
             path = ".".join(str(p) for p in err["loc"])
             causes.append(errors.field_invalid(f"{field}[{path}]", _short(err.get("input")), err["msg"]))
         return causes
-    return []
+    messages = proxyconfig.validate(config.experimental.proxy)
+    if not messages:
+        messages = proxyconfig.validate_sync_conflicts(config.sync, config.experimental.proxy)
+    # The messages are upstream's and already name their path inside the values (spec §1.2).
+    return [{"reason": "FieldValueInvalid", "message": m, "field": field} for m in messages]
 
 
 def _short(value: Any) -> Any:

@@ -17,7 +17,7 @@ from vplane.apiserver.context import RequestContext, UserInfo
 from vplane.apiserver.handlers import object_response, response_format
 from vplane.apiserver.objects import DeleteOptions
 from vplane.apiserver.registry import ResourceType
-from vplane.apiserver.requestinfo import RequestInfo
+from vplane.kube.requestinfo import RequestInfo
 from vplane.apiserver.watch import WatchEvent
 from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import GROUP, Identity, KeyRejected

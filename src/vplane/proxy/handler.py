@@ -1,0 +1,603 @@
+"""The request pipeline of one proxied group/version (spec §2.3), as an aiohttp handler.
+
+Order: connection upgrades are refused (501); discovery is forwarded or answered from the fallback (always
+200); every other request gets the 60 s end-to-end cap unless it is a watch; namespaced writes need their
+namespace on the client and mirror it to the target; ``owned`` mode rewrites and checks ownership; then
+the request goes to a target replica chosen round-robin, as the client's platform identity (its access
+key), never as the caller. A target 5xx becomes 503, a target 401 ``auth failed``; everything else passes
+through, watches streamed.
+
+Every request ends in one ``vcluster_proxy_request_total`` observation whose ``reason`` is the first
+reason the request met (spec §7: the first request reason wins).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import orjson
+import structlog
+from aiohttp import web
+from multidict import CIMultiDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from vplane.kube import errors, requestinfo
+from vplane.kube.proxyconfig import ProxyTarget
+from vplane.proxy import discovery, ownership
+from vplane.proxy.metrics import ProxyMetrics
+from vplane.proxy.peers import Event, EventKind, Host, PeerCache, PeerSettings, Reason, Selection
+from vplane.proxy.upstream import (
+    Deadline,
+    DeadlineExceeded,
+    Dial,
+    DialObserver,
+    HostPool,
+    bind_selection,
+    dial_failure,
+    reset_selection,
+)
+from vplane.support.requestheader import strip_identity_headers
+
+log = structlog.get_logger("vplane.proxy")
+
+UPGRADE_MESSAGE = "resource proxy does not support connection upgrades"
+JSON_TYPE = "application/json"
+PROXY_FIELD_MANAGER = "vcluster-resource-proxy"
+
+
+class ProxySettings(BaseModel):
+    """Every constant of the runbook (spec §9) as a named setting."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    peers: PeerSettings = Field(default_factory=PeerSettings)
+    request_timeout_seconds: float = Field(default=60.0, gt=0)
+    """End-to-end cap of a non-watch request, body upload included (reason ``deadline``)."""
+    retry_after_seconds: int = Field(default=1, ge=0)
+    """``Retry-After`` on every 503 the proxy sends."""
+    keepalive_seconds: float = Field(default=30.0, gt=0)
+    """Idle connections to a target replica are kept this long for reuse."""
+    connections_per_peer: int = Field(default=0, ge=0)
+    """Connections to one target replica at once (0: no limit beyond the caller's)."""
+    max_body_bytes: int = Field(default=3 * 1024 * 1024, gt=0)
+    """Request bodies above this get 413 (the API server's own limit)."""
+    registration_backoff_initial_seconds: float = Field(default=1.0, gt=0)
+    registration_backoff_factor: float = Field(default=1.5, ge=1)
+    registration_backoff_max_seconds: float = Field(default=60.0, gt=0)
+    """The leader retries registering the APIService and Service with this back-off (upstream's helper:
+    1 s x 1.5, capped at 1 min, unbounded)."""
+
+
+class Unavailable(Exception):
+    """The request cannot reach the target: 503 with the generic text (plus the dial error, if any)."""
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class Outcome:
+    """The request's reason and code for ``vcluster_proxy_request_total``: the first reason wins."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self) -> None:
+        self.reason = ""
+
+    def set(self, reason: str) -> None:
+        if not self.reason:
+            self.reason = reason
+
+
+NamespaceExists = Callable[[str], Awaitable[bool]]
+
+
+class ResourceProxy:
+    """The proxy of one group/version in one replica: its peer cache, its connections, its handler."""
+
+    def __init__(
+        self,
+        target: ProxyTarget,
+        *,
+        client_name: str,
+        client_project: str,
+        access_key: Callable[[], str],
+        dial: Dial,
+        namespace_exists: NamespaceExists,
+        metrics: ProxyMetrics,
+        settings: ProxySettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.target = target
+        self.settings = settings or ProxySettings()
+        self.cache = PeerCache(self.settings.peers, clock)
+        self.owner = ownership.Owner(client_name, client_project) if target.access == "owned" else None
+        self.metrics = metrics
+        self.label = target.target_label
+        self.placeholder = f"kube.{target.target_name}.{target.target_project}.vcluster.invalid:443"
+        self._base = "http://" + self.placeholder
+        self._access_key = access_key
+        self._namespace_exists = namespace_exists
+        self._clock = clock
+        self._target_namespaces: set[str] = set()
+        self._unavailable = (
+            f'target tenant cluster "{target.target_name}" for {target.group_version} is unavailable'
+        )
+        self.pool = HostPool(
+            self.cache,
+            dial,
+            DialObserver(self._dial_ok, self._dial_failed),
+            dial_timeout=lambda: self.settings.peers.dial_timeout_seconds,
+            clock=clock,
+            connections_per_host=self.settings.connections_per_peer,
+            keepalive_timeout=self.settings.keepalive_seconds,
+        )
+        metrics.add_target(self.label)
+        self.first_list = asyncio.Event()
+        self.log = log.bind(target=self.label, groupVersion=target.group_version)
+
+    # -- peer feed -------------------------------------------------------------------------------------
+
+    def publish(self, hosts: list[Host]) -> None:
+        self.cache.publish(hosts)
+        self.pool.prune()
+        self.first_list.set()
+
+    async def probe(self) -> bool:
+        """One request to the target (its discovery for this group/version): is it reachable at all?"""
+        headers: CIMultiDict[str] = CIMultiDict(
+            {"Accept": JSON_TYPE, "Authorization": f"Bearer {self._access_key()}"}
+        )
+        path = f"/apis/{self.target.group}/{self.target.version}"
+        try:
+            upstream = await self._send("GET", path, headers, None, Outcome())
+        except Unavailable:
+            return False
+        async with upstream:
+            return upstream.status < 500
+
+    # -- dial accounting ---------------------------------------------------------------------------------
+
+    def _dial_ok(self, host: Host, trial: bool, seconds: float) -> None:
+        self.metrics.dial_duration.labels(self.label).observe(seconds)
+        for event in self.cache.dial_succeeded(host):
+            self._event(event)
+
+    def _dial_failed(
+        self, host: Host, trial: bool, reason: str, seconds: float, cause: BaseException | None
+    ) -> None:
+        self.metrics.dial_duration.labels(self.label).observe(seconds)
+        self.metrics.dial_failures.labels(self.label, reason).inc()
+        self.log.info(
+            "proxy target dial failed",
+            host=host.name,
+            peer=host.peer_id,
+            reason=reason,
+            error=_describe(cause) if cause is not None else reason,
+        )
+        if reason in ("canceled", "deadline"):
+            return  # the caller or the request cap ended it: not the peer's fault
+        for event in self.cache.dial_failed(host, trial=trial):
+            self._event(event)
+
+    def _event(self, event: Event) -> None:
+        if event.kind is EventKind.QUARANTINED and event.host is not None:
+            self.metrics.quarantines.labels(self.label).inc()
+            self.pool.drop(event.host)
+            self.log.warning(
+                "quarantining proxy target peer host after consecutive dial failures",
+                host=event.host.name,
+                consecutiveFailures=event.consecutive_failures,
+                quarantineSeconds=self.settings.peers.quarantine_seconds,
+            )
+        elif event.kind is EventKind.ALL_QUARANTINED:
+            self.metrics.all_quarantined.labels(self.label).inc()
+            self.log.error(
+                "all peer hosts for the proxy target are quarantined; requests fail fast with 503 until "
+                "a peer becomes dialable"
+            )
+        elif event.kind is EventKind.RECOVERED:
+            self.metrics.recoveries.labels(self.label).inc()
+            if event.host is not None:
+                self.log.info("proxy target peer host recovered", host=event.host.name)
+
+    # -- the handler ---------------------------------------------------------------------------------
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        watch = request.query.get("watch", "").lower() in ("true", "1")
+        info = requestinfo.parse(request.method, request.path, watch)
+        verb = info.verb if info.is_resource else request.method.lower()
+        outcome = Outcome()
+        if _is_upgrade(request):
+            outcome.set("upgrade_rejected")
+            self.metrics.terminations.labels(self.label, "upgrade_rejected").inc()
+            return self._finish(
+                outcome, verb, self._status(errors.StatusError(501, "NotImplemented", UPGRADE_MESSAGE))
+            )
+        if request.method in ("GET", "HEAD") and discovery.is_discovery(request.path, self.target):
+            return self._finish(outcome, verb, await self._discovery(request, outcome))
+        if info.verb == "watch":
+            return await self._watch(request, info, outcome)
+        self.metrics.inflight.labels(self.label).inc()
+        started = self._clock()
+        response: web.StreamResponse
+        try:
+            async with Deadline(self.settings.request_timeout_seconds) as deadline:
+                response = await self._request(request, info, outcome, deadline)
+        except DeadlineExceeded:
+            outcome.set("deadline")
+            self.metrics.terminations.labels(self.label, "deadline").inc()
+            url = self._base + request.rel_url.path_qs
+            self.log.warning(
+                "proxy request failed",
+                verb=verb,
+                error=f'{request.method.capitalize()} "https://{self.placeholder}{request.rel_url.path_qs}": '
+                "context deadline exceeded",
+                url=url,
+            )
+            response = self._unavailable_response("context deadline exceeded")
+        finally:
+            self.metrics.inflight.labels(self.label).dec()
+            self.metrics.request_duration.labels(self.label, verb).observe(self._clock() - started)
+        return self._finish(outcome, verb, response)
+
+    def _finish(self, outcome: Outcome, verb: str, response: web.StreamResponse) -> web.StreamResponse:
+        self._count(outcome, verb, response.status)
+        return response
+
+    def _count(self, outcome: Outcome, verb: str, code: int) -> None:
+        self.metrics.requests.labels(
+            self.label, self.target.group_version, verb, str(code), outcome.reason or "upstream"
+        ).inc()
+
+    # -- discovery -------------------------------------------------------------------------------------
+
+    async def _discovery(self, request: web.BaseRequest, outcome: Outcome) -> web.StreamResponse:
+        try:
+            upstream = await self._send(
+                request.method, request.rel_url.path_qs, self._headers(request), None, outcome
+            )
+        except Unavailable:
+            reason = outcome.reason if outcome.reason in (r.value for r in Reason) else "upstream_error"
+            return self._fallback(reason)
+        if upstream.status in (401, 404) or upstream.status >= 500:
+            upstream.release()
+            outcome.set("upstream")
+            return self._fallback("upstream_error")
+        outcome.set("upstream")
+        return await self._relay(request, upstream)
+
+    def _fallback(self, reason: str) -> web.StreamResponse:
+        self.metrics.discovery_fallbacks.labels(self.label, self.target.group_version, reason).inc()
+        return web.Response(body=discovery.fallback_body(self.target), content_type=JSON_TYPE)
+
+    # -- resource requests ---------------------------------------------------------------------------
+
+    async def _request(
+        self, request: web.BaseRequest, info: requestinfo.RequestInfo, outcome: Outcome, deadline: Deadline
+    ) -> web.StreamResponse:
+        body: bytes | None = None
+        if request.can_read_body:
+            body = await request.read()
+            if len(body) > self.settings.max_body_bytes:
+                outcome.set("upstream")
+                return self._status(
+                    errors.request_entity_too_large("Request entity too large: limit is 3145728")
+                )
+        headers = self._headers(request)
+        path_qs = request.rel_url.path_qs
+        try:
+            if info.is_resource:
+                answered = await self._prepare(request, info, outcome, headers)
+                if isinstance(answered, web.StreamResponse):
+                    return answered
+                path_qs = answered
+                if body is not None and self.owner is not None and request.method in ("POST", "PUT", "PATCH"):
+                    body = self._inject(body, headers)
+                if self.owner is not None and info.verb == "get" and info.name and not info.subresource:
+                    return await self._owned_get(request, info, outcome, headers, path_qs)
+            upstream = await self._send(request.method, path_qs, headers, body, outcome)
+        except Unavailable as exc:
+            return self._unavailable_response(exc.detail)
+        return await self._answer(request, upstream, outcome)
+
+    async def _prepare(
+        self,
+        request: web.BaseRequest,
+        info: requestinfo.RequestInfo,
+        outcome: Outcome,
+        headers: CIMultiDict[str],
+    ) -> web.StreamResponse | str:
+        """Namespace mirroring and ownership checks; the path to send, or the answer already decided."""
+        if request.method in ("POST", "PUT", "PATCH") and info.namespace:
+            if not await self._namespace_exists(info.namespace):
+                outcome.set("namespace_missing")
+                return self._status(errors.not_found("namespaces", info.namespace))
+            await self._ensure_target_namespace(info.namespace, outcome)
+        if self.owner is None:
+            return request.rel_url.path_qs
+        if info.verb in ("list", "watch", "deletecollection"):
+            query = list(request.rel_url.query.items())
+            selector = ownership.merge_selector(request.rel_url.query.get("labelSelector"), self.owner)
+            query = [(k, v) for k, v in query if k != "labelSelector"] + [("labelSelector", selector)]
+            return request.rel_url.path + "?" + urlencode(query, quote_via=quote)
+        if info.name and request.method in ("PUT", "PATCH", "DELETE"):
+            denied = await self._check_owned(info, outcome, headers)
+            if denied is not None:
+                return denied
+        return request.rel_url.path_qs
+
+    async def _check_owned(
+        self, info: requestinfo.RequestInfo, outcome: Outcome, headers: CIMultiDict[str]
+    ) -> web.StreamResponse | None:
+        """The ownership GET before a named mutation (spec §4): 5xx is 503, anything but an owned 200 is 404."""
+        assert self.owner is not None
+        path = _object_path(info)
+        check_headers = CIMultiDict(headers)
+        check_headers["Accept"] = JSON_TYPE
+        upstream = await self._send("GET", path, check_headers, None, outcome)
+        async with upstream:
+            status = upstream.status
+            data = await upstream.read() if status == 200 else b""
+        if status >= 500:
+            outcome.set("ownership_check_failed")
+            return self._unavailable_response()
+        if status == 404:
+            outcome.set("upstream")
+            return self._status(self._not_found(info))
+        if status != 200:
+            outcome.set("ownership_masked")
+            return self._status(self._not_found(info))
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            outcome.set("ownership_check_failed")
+            return self._status(self._not_found(info))
+        if not self.owner.owns(obj):
+            outcome.set("ownership_masked")
+            return self._status(self._not_found(info))
+        return None
+
+    async def _owned_get(
+        self,
+        request: web.BaseRequest,
+        info: requestinfo.RequestInfo,
+        outcome: Outcome,
+        headers: CIMultiDict[str],
+        path_qs: str,
+    ) -> web.StreamResponse:
+        """A named GET in owned mode: the object is fetched and shown only if this client owns it."""
+        assert self.owner is not None
+        upstream = await self._send("GET", path_qs, headers, None, outcome)
+        if upstream.status != 200:
+            return await self._answer(request, upstream, outcome)
+        async with upstream:
+            data = await upstream.read()
+            content_type = upstream.headers.get("Content-Type", JSON_TYPE)
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            outcome.set("ownership_check_failed")
+            return self._status(self._not_found(info))
+        owned = self._owned_document(doc)
+        if owned is None:  # a Table without object metadata: ask for the object itself
+            denied = await self._check_owned(info, outcome, headers)
+            if denied is not None:
+                return denied
+            owned = True
+        if not owned:
+            outcome.set("ownership_masked")
+            return self._status(self._not_found(info))
+        outcome.set("upstream")
+        return web.Response(body=data, status=200, headers={"Content-Type": content_type})
+
+    def _owned_document(self, doc: Any) -> bool | None:
+        assert self.owner is not None
+        if isinstance(doc, dict) and doc.get("kind") == "Table":
+            rows = doc.get("rows") or []
+            objects = [r.get("object") for r in rows if isinstance(r, dict)]
+            if not objects or any(not isinstance(o, dict) or "metadata" not in o for o in objects):
+                return None
+            return all(self.owner.owns(o) for o in objects)
+        return self.owner.owns(doc)
+
+    def _inject(self, body: bytes, headers: CIMultiDict[str]) -> bytes:
+        assert self.owner is not None
+        try:
+            labelled, content_type = ownership.inject(body, headers.get("Content-Type"), self.owner)
+        except ownership.NotInjectable as exc:
+            self.log.warning("inject source labels failed", error=str(exc))
+            return body
+        headers["Content-Type"] = content_type
+        return labelled
+
+    async def _ensure_target_namespace(self, namespace: str, outcome: Outcome) -> None:
+        if namespace in self._target_namespaces:
+            return
+        headers: CIMultiDict[str] = CIMultiDict({"Accept": JSON_TYPE})
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}"
+        upstream = await self._send("GET", path, headers, None, outcome)
+        async with upstream:
+            status = upstream.status
+        if status == 404:
+            self.log.info("creating namespace on target cluster", namespace=namespace)
+            body = orjson.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            headers["Content-Type"] = JSON_TYPE
+            created = await self._send(
+                "POST", f"/api/v1/namespaces?fieldManager={PROXY_FIELD_MANAGER}", headers, body, outcome
+            )
+            async with created:
+                status = 200 if created.status in (201, 409) else created.status
+        if status == 200:
+            self._target_namespaces.add(namespace)
+        # Otherwise the write itself gets the target's answer (e.g. 403 if the client may not create it).
+
+    # -- watches ---------------------------------------------------------------------------------------
+
+    async def _watch(
+        self, request: web.BaseRequest, info: requestinfo.RequestInfo, outcome: Outcome
+    ) -> web.StreamResponse:
+        headers = self._headers(request)
+        try:
+            answered = await self._prepare(request, info, outcome, headers)
+            if isinstance(answered, web.StreamResponse):
+                return self._finish(outcome, "watch", answered)
+            upstream = await self._send("GET", answered, headers, None, outcome)
+        except Unavailable as exc:
+            return self._finish(outcome, "watch", self._unavailable_response(exc.detail))
+        if upstream.status != 200:
+            return self._finish(outcome, "watch", await self._answer(request, upstream, outcome))
+        outcome.set("upstream")
+        self._count(outcome, "watch", 200)
+        gauge = self.metrics.active_watches.labels(self.label)
+        events = self.metrics.watch_events.labels(self.label)
+        content_type = upstream.headers.get("Content-Type", "")
+        count = content_type.startswith(JSON_TYPE) and not upstream.headers.get("Content-Encoding")
+        gauge.inc()
+        try:
+            return await self._relay(
+                request, upstream, on_chunk=(lambda c: events.inc(c.count(b"\n"))) if count else None
+            )
+        finally:
+            gauge.dec()
+
+    # -- upstream --------------------------------------------------------------------------------------
+
+    def _headers(self, request: web.BaseRequest) -> CIMultiDict[str]:
+        headers: CIMultiDict[str] = CIMultiDict(strip_identity_headers(request.headers.items()))
+        headers["Authorization"] = f"Bearer {self._access_key()}"
+        return headers
+
+    async def _send(
+        self, method: str, path_qs: str, headers: CIMultiDict[str], body: bytes | None, outcome: Outcome
+    ) -> aiohttp.ClientResponse:
+        selection = self.cache.select()
+        if not isinstance(selection, Selection):
+            outcome.set(selection.value)
+            self.metrics.dial_failures.labels(self.label, selection.value).inc()
+            raise Unavailable()
+        token = bind_selection(selection)
+        try:
+            session = self.pool.session(selection.host)
+            return await session.request(
+                method,
+                self._base + path_qs,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+        except aiohttp.ClientConnectorError as exc:
+            failure = dial_failure(exc)
+            outcome.set(failure.reason if failure is not None else "error")
+            raise Unavailable(_describe(failure.cause if failure and failure.cause else exc)) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            outcome.set("upstream")
+            raise Unavailable(_describe(exc)) from exc
+        finally:
+            reset_selection(token)
+            if selection.trial and not selection.dialled:
+                self.cache.release(selection)
+
+    async def _answer(
+        self, request: web.BaseRequest, upstream: aiohttp.ClientResponse, outcome: Outcome
+    ) -> web.StreamResponse:
+        status = upstream.status
+        if status >= 500:
+            upstream.release()
+            outcome.set("upstream")
+            return self._unavailable_response()
+        if status == 401:
+            upstream.release()
+            outcome.set("upstream")
+            return self._status(errors.unauthorized("auth failed"))
+        if status == 404 and upstream.headers.get("Content-Type", "").startswith(JSON_TYPE):
+            data = await upstream.read()
+            upstream.release()
+            self._forget_namespace(data)
+            outcome.set("upstream")
+            return web.Response(body=data, status=404, headers=_end_to_end(upstream.headers))
+        outcome.set("upstream")
+        return await self._relay(request, upstream)
+
+    def _forget_namespace(self, data: bytes) -> None:
+        """A write answered ``namespaces "x" not found``: the target lost the namespace; mirror it again."""
+        try:
+            details = orjson.loads(data).get("details") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            return
+        if details.get("kind") == "namespaces":
+            self._target_namespaces.discard(str(details.get("name", "")))
+
+    async def _relay(
+        self,
+        request: web.BaseRequest,
+        upstream: aiohttp.ClientResponse,
+        on_chunk: Callable[[bytes], object] | None = None,
+    ) -> web.StreamResponse:
+        async with upstream:
+            if upstream.content_length is not None and on_chunk is None and upstream.content_length < 1 << 20:
+                data = await upstream.read()
+                return web.Response(body=data, status=upstream.status, headers=_end_to_end(upstream.headers))
+            response = web.StreamResponse(status=upstream.status, headers=_end_to_end(upstream.headers))
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    if on_chunk is not None:
+                        on_chunk(chunk)
+                    await response.write(chunk)
+            except (ConnectionResetError, aiohttp.ClientPayloadError):
+                pass
+            else:
+                await response.write_eof()
+            return response
+
+    # -- answers ---------------------------------------------------------------------------------------
+
+    def _not_found(self, info: requestinfo.RequestInfo) -> errors.StatusError:
+        details = {"name": info.name, "group": info.group, "kind": info.resource}
+        return errors.StatusError(404, "NotFound", "resource not found", details=details)
+
+    def _unavailable_response(self, detail: str = "") -> web.Response:
+        message = f"{self._unavailable}: {detail}" if detail else self._unavailable
+        return self._status(errors.service_unavailable(message, self.settings.retry_after_seconds))
+
+    @staticmethod
+    def _status(error: errors.StatusError) -> web.Response:
+        return web.Response(
+            status=error.code,
+            body=orjson.dumps(error.to_status()),
+            headers={"Content-Type": JSON_TYPE, **error.headers},
+        )
+
+
+def _is_upgrade(request: web.BaseRequest) -> bool:
+    return bool(request.headers.get("Upgrade")) or "upgrade" in request.headers.get("Connection", "").lower()
+
+
+def _object_path(info: requestinfo.RequestInfo) -> str:
+    """The object's own path (a subresource write is checked against its object)."""
+    base = f"/apis/{info.group}/{info.version}" if info.group else f"/api/{info.version}"
+    if info.namespace:
+        base += f"/namespaces/{quote(info.namespace, safe='')}"
+    return f"{base}/{info.resource}/{quote(info.name, safe='')}"
+
+
+_HOP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "te", "trailer"}
+)
+
+
+def _end_to_end(headers: Any) -> CIMultiDict[str]:
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _HOP)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__
