@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -30,15 +30,17 @@ from vplane.proxy.peers import Host, PeerCache, Selection
 ProtocolFactory = Callable[[], ResponseHandler]
 
 
-class Dial(Protocol):
-    async def __call__(
-        self, peer_id: str, protocol_factory: ProtocolFactory
-    ) -> tuple[asyncio.BaseTransport, ResponseHandler]: ...
+Dial = Callable[[str, ProtocolFactory], Awaitable[tuple[asyncio.BaseTransport, ResponseHandler]]]
+"""Connect a protocol to a peer by node id: the transport seam (the mesh dialer in a tenant)."""
 
 
 class TransportUnavailable(ConnectionError):
     """The local side of the platform network is down: no peer was contacted (``ts_server_unavailable``).
     The seam raises it (or a subclass) when it cannot even try."""
+
+
+class PeerGone(ConnectionError):
+    """The peer left the peer list while (or before) it was dialled (``peer_departed``)."""
 
 
 class DialFailed(ConnectionError):
@@ -157,6 +159,8 @@ class HostPool:
             raise
         except TransportUnavailable as exc:
             raise self._failed(host, trial, "ts_server_unavailable", started, exc) from exc
+        except PeerGone as exc:
+            raise self._failed(host, trial, "peer_departed", started, exc) from exc
         except (OSError, aiohttp.ClientError, ValueError) as exc:
             reason = "error" if self._cache.has(host) else "peer_departed"
             raise self._failed(host, trial, reason, started, exc) from exc
