@@ -74,7 +74,9 @@ class APIServer:
         self.hub = WatchHub()
         self.admission = Admission()
         self.schemas = SchemaSource(self.registry)
-        self.objects = ObjectStore(self.cache, self.admission, self.schemas, clock)
+        self.objects = ObjectStore(
+            self.cache, self.admission, self.schemas, clock, max_object_bytes=settings.max_object_bytes
+        )
         self.rbac = RBACIndex()
         self.authorizer = RBACAuthorizer(self.rbac)
         self.static_tokens = authn.StaticTokens(self.data_dir / "auth" / "tokens.json")
