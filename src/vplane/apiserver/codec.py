@@ -4,6 +4,11 @@ Stored values are an object's JSON with ``metadata`` as the first key and *witho
 ``metadata.resourceVersion``: the revision a backend assigns is not known until commit (etcd assigns it),
 so it is spliced in when the bytes are served. Because ``metadata`` comes first and always holds a name,
 the splice is one concatenation and the read path never decodes an object it only relays.
+
+Decoding bounds what a body can become. YAML aliases are refused while the document is still a stream
+of parser events, so an alias bomb never grows into objects. Every decoded body is re-encoded once
+(the JSON path did that already, to spot duplicate keys cheaply), which checks in C that it is JSON,
+that it is not nested deeper than the encoder can write, and how large it really is.
 """
 
 from __future__ import annotations
@@ -33,9 +38,42 @@ APPLY_PATCH = "application/apply-patch+yaml"
 BODY_TYPES = (JSON, YAML, PROTOBUF)
 """Media types accepted for create and update bodies (upstream lists them in this order)."""
 
+ENCODER_MAX_DEPTH = 254
+"""The deepest nesting orjson writes: 254 nested arrays or objects encode, 255 raise "Recursion limit
+reached" (orjson 3.x; pinned by a unit test). Upstream's JSON decoder allows 10000 levels, but what we
+cannot encode we can neither store nor answer with, so the limit below derives from this one."""
+RESPONSE_HEADROOM = 8
+"""Levels an answer may wrap around a stored object: a list's ``items`` (2), a Table row's ``object`` (3)
+inside a watch event (1); 8 leaves room to spare."""
+MAX_DEPTH = ENCODER_MAX_DEPTH - RESPONSE_HEADROOM
+"""Deepest request body and deepest stored object (246 levels of objects and arrays), so that every answer
+embedding a stored object still encodes and any stored object can be sent back as it was read. A stored
+object's ``metadata.managedFields[i].fieldsV1`` mirrors its fields four levels down (five at scalar
+leaves), so objects whose own fields nest deeper than about 241 levels are refused when they are stored."""
+
+
+_WRAP = ENCODER_MAX_DEPTH - MAX_DEPTH
+"""Bytes of wrapping at each end of :func:`_encode`'s answer (one ``[`` or ``]`` per level)."""
+assert _WRAP == 8, "_encode spells the wrapping out: keep it in step with the limits"
+
+
+def _encode(value: Any, option: int = 0, *, stored: bool = False) -> bytes:
+    """``value`` as JSON inside ``_WRAP`` extra arrays, so that orjson itself refuses a value nested deeper
+    than :data:`MAX_DEPTH` (no walk in Python, about 0.1 us on a typical object); the caller strips
+    ``_WRAP`` bytes from each end."""
+    try:
+        return orjson.dumps([[[[[[[[value]]]]]]]], option=option)
+    except orjson.JSONEncodeError as exc:
+        if str(exc) == "Recursion limit reached":
+            raise errors.nested_too_deeply(MAX_DEPTH, stored=stored) from None
+        raise errors.not_representable_in_json(str(exc)) from None
+
 
 def stored_bytes(obj: Obj) -> bytes:
-    """Serialize ``obj`` for storage: metadata first, no resourceVersion."""
+    """Serialize ``obj`` for storage: metadata first, no resourceVersion.
+
+    An object nested deeper than :data:`MAX_DEPTH` with its managed fields (or built deeper by a JSON
+    patch from bodies that each pass) is refused with 400 rather than stored unservable."""
     metadata = dict(obj.get("metadata") or {})
     metadata.pop("resourceVersion", None)
     if not metadata:
@@ -44,7 +82,8 @@ def stored_bytes(obj: Obj) -> bytes:
     for key, value in obj.items():
         if key != "metadata":
             ordered[key] = value
-    return orjson.dumps(ordered)
+    encoded = _encode(ordered, stored=True)
+    return encoded[_WRAP : len(encoded) - _WRAP]
 
 
 def wire_bytes(kv: KeyValue) -> bytes:
@@ -83,30 +122,49 @@ def media_type(content_type: str | None) -> str:
 
 
 def decode_body(
-    body: bytes, content_type: str, *, allowed: tuple[str, ...] = BODY_TYPES, want_duplicates: bool = False
+    body: bytes,
+    content_type: str,
+    *,
+    allowed: tuple[str, ...] = BODY_TYPES,
+    want_duplicates: bool = False,
+    max_bytes: int | None = None,
 ) -> tuple[Any, list[str]]:
-    """Decode a request body; returns the value and the duplicate JSON keys seen (when asked for)."""
+    """Decode a request body; returns the value and the duplicate JSON keys seen (when asked for).
+
+    Whatever the media type, the value is plain JSON data (string keys, no YAML timestamps or binary),
+    nested at most :data:`MAX_DEPTH` deep, and re-encodes to at most ``max_bytes`` (413 past it)."""
     mtype = media_type(content_type) or JSON
     if mtype not in allowed:
         raise errors.unsupported_media_type(mtype, allowed)
     if mtype == PROTOBUF:
-        return protobuf.decode(body), []
+        value = protobuf.decode(body)
+        _check_size(_encode(value), max_bytes)
+        return value, []
     if mtype in (YAML, APPLY_PATCH):
-        return _yaml(body), []
-    return _json(body, want_duplicates)
+        return _yaml(body, max_bytes), []
+    return _json(body, want_duplicates, max_bytes)
 
 
-def _json(body: bytes, want_duplicates: bool) -> tuple[Any, list[str]]:
+def _check_size(encoded: bytes, max_bytes: int | None) -> None:
+    if max_bytes is not None and len(encoded) - 2 * _WRAP > max_bytes:
+        raise errors.decoded_body_too_large(max_bytes)
+
+
+def _json(body: bytes, want_duplicates: bool, max_bytes: int | None) -> tuple[Any, list[str]]:
     if not body.strip():
         raise errors.bad_request("the request body is empty")
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise errors.bad_request(f"json parse error: {exc}") from None
+    encoded = _encode(value)
+    size = len(encoded) - 2 * _WRAP
+    if max_bytes is not None and size > max_bytes:
+        raise errors.decoded_body_too_large(max_bytes)
     # A body that re-encodes to itself byte for byte has no duplicate keys (the re-encoding keeps one of
     # each). Compact JSON, which kubectl and the client libraries send, mostly takes this fast path;
     # anything else gets the exact, slower check.
-    if not want_duplicates or orjson.dumps(value) == body:
+    if not want_duplicates or (size == len(body) and encoded.startswith(body, _WRAP)):
         return value, []
     duplicates: list[str] = []
 
@@ -124,15 +182,46 @@ def _json(body: bytes, want_duplicates: bool) -> tuple[Any, list[str]]:
         raise errors.bad_request(f"json parse error: {exc}") from None
 
 
-def _yaml(body: bytes) -> Any:
+class _YAMLLoader(yaml.CSafeLoader):
+    """The safe loader (libyaml when available), with timestamps left as the strings they are, as
+    upstream's YAML-to-JSON conversion leaves them (``2024-01-01`` is a valid label value, not a date)."""
+
+
+def _timestamp_as_string(loader: _YAMLLoader, node: yaml.Node) -> str:
+    return str(node.value)
+
+
+_YAMLLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_string)
+
+
+def _refuse_aliases(body: bytes) -> None:
+    """400 at the first alias, reading parser events only: no node or object is built, so a billion-laughs
+    document costs what its bytes cost. Anchors alone are harmless (they name a value, they copy nothing)
+    and stay allowed. Kubernetes objects never need aliases; upstream expands them with a budget
+    (``yaml: document contains excessive aliasing``); we refuse them outright."""
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        value = yaml.load(body, Loader=loader)  # a safe loader
+        for event in yaml.parse(body, Loader=_YAMLLoader):
+            if isinstance(event, yaml.AliasEvent):
+                mark = event.start_mark
+                raise errors.yaml_alias(mark.line + 1 if mark is not None else 0, str(event.anchor))
+    except yaml.YAMLError:
+        return  # malformed before any alias: loading reports it with its position
+
+
+def _yaml(body: bytes, max_bytes: int | None) -> Any:
+    if b"*" in body:  # an alias needs a '*' (in UTF-8 and UTF-16 alike): most bodies skip the event scan
+        _refuse_aliases(body)
+    try:
+        value = yaml.load(body, Loader=_YAMLLoader)  # a safe loader
     except yaml.YAMLError as exc:
         raise errors.bad_request(f"yaml parse error: {exc}") from None
     except RecursionError:
         raise errors.bad_request("yaml parse error: document nested too deeply") from None
-    return value
+    # Through JSON and back: non-string keys become strings (``1: x`` is ``"1": x``, as upstream), and what
+    # JSON cannot hold (binary, sets, integers over 64 bits) is a 400 here rather than a 500 at storage.
+    encoded = _encode(value, orjson.OPT_NON_STR_KEYS)
+    _check_size(encoded, max_bytes)
+    return orjson.loads(memoryview(encoded)[_WRAP : len(encoded) - _WRAP])
 
 
 def require_object(value: Any, what: str = "object") -> Obj:

@@ -21,10 +21,10 @@ from vplane.apiserver import codec
 from vplane.apiserver.context import RequestContext
 from vplane.apiserver.objects import DeleteOptions, patch_types_for
 from vplane.apiserver.registry import ResourceType
-from vplane.kube.requestinfo import RequestInfo
 from vplane.apiserver.watch import Watcher, WatchEvent, frame_bytes, frame_obj
 from vplane.kube import errors, fields, labels
 from vplane.kube.objects import Obj
+from vplane.kube.requestinfo import RequestInfo
 from vplane.storage.interface import CompactedError, KeyValue
 
 if TYPE_CHECKING:
@@ -119,6 +119,30 @@ def _int_param(query: Any, name: str, default: int | None = None) -> int | None:
         raise errors.bad_request(f"{name}: invalid value {raw!r}: must be an integer") from None
     if value < 0:
         raise errors.bad_request(f"{name}: invalid value {raw!r}: must be a non-negative integer")
+    return value
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _timeout_param(query: Any) -> int | None:
+    """``timeoutSeconds`` as upstream's query decoding reads it (``strconv.ParseInt``, base 10, 64 bits),
+    on lists as well as watches; negative values are refused too (upstream would end a watch at once)."""
+    raw = query.get("timeoutSeconds")
+    if raw is None or raw == "":
+        return None
+    negative = raw[:1] == "-"
+    digits = raw[1:] if raw[:1] in ("+", "-") else raw
+    if not digits.isascii() or not digits.isdigit():
+        raise errors.query_int_unparsable(raw, out_of_range=False)
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > 19:  # before int(), which refuses very long strings with its own error
+        raise errors.query_int_unparsable(raw, out_of_range=True)
+    value = -int(significant) if negative else int(significant)
+    if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+        raise errors.query_int_unparsable(raw, out_of_range=True)
+    if value < 0:
+        raise errors.query_negative("timeoutSeconds", value)
     return value
 
 
@@ -226,6 +250,7 @@ class ResourceHandlers:
         fmt = response_format(request)
         label_sel, field_sel = self._selectors(rtype, query)
         limit = _int_param(query, "limit", 0) or 0
+        _timeout_param(query)  # checked as upstream does; a list answers at once anyway
         token = query.get("continue", "")
         rv_param = query.get("resourceVersion", "")
         rv_match = query.get("resourceVersionMatch", "")
@@ -335,7 +360,7 @@ class ResourceHandlers:
         rv_param = query.get("resourceVersion", "")
         bookmarks = _bool_param(query, "allowWatchBookmarks")
         send_initial = query.get("sendInitialEvents")
-        timeout = _int_param(query, "timeoutSeconds")
+        timeout = _timeout_param(query)
         if send_initial is not None and send_initial != "":
             initial = _bool_param(query, "sendInitialEvents")
             if query.get("resourceVersionMatch") != "NotOlderThan":
@@ -543,7 +568,11 @@ class ResourceHandlers:
         body = await self.server.read_body(request)
         want_dupes = ctx.field_validation in ("Strict", "Warn")
         return codec.decode_body(
-            body, request.headers.get("Content-Type", ""), allowed=allowed, want_duplicates=want_dupes
+            body,
+            request.headers.get("Content-Type", ""),
+            allowed=allowed,
+            want_duplicates=want_dupes,
+            max_bytes=self.settings.max_body_bytes,
         )
 
     async def create(
@@ -552,12 +581,12 @@ class ResourceHandlers:
         fmt = response_format(request)
         value, duplicates = await self._body(request, ctx, rtype)
         obj = codec.require_object(value)
+        ctx.duplicate_fields = duplicates
         if not rtype.stored:
             if rtype.create_handler is None:
                 raise errors.method_not_allowed()
             result = await rtype.create_handler(ctx, obj)
             return object_response(result, fmt, 201, ctx)
-        ctx.duplicate_fields = duplicates
         created = await self.objects.create_stored(ctx, rtype, info.namespace, obj)
         return self._written_response(rtype, created, fmt, 201, ctx)
 
@@ -599,7 +628,9 @@ class ResourceHandlers:
         if content_type not in allowed:
             raise errors.unsupported_media_type(content_type, allowed)
         body = await self.server.read_body(request)
-        value, _ = codec.decode_body(body, content_type, allowed=allowed)
+        value, _ = codec.decode_body(
+            body, content_type, allowed=allowed, max_bytes=self.settings.max_body_bytes
+        )
         force = _bool_param(request.query, "force")
         if force and content_type != codec.APPLY_PATCH:
             raise errors.bad_request("force flag is not supported for patch types other than apply")
@@ -645,7 +676,11 @@ class ResourceHandlers:
         body = await self.server.read_body(request)
         parsed: Obj | None = None
         if body.strip():
-            value, _ = codec.decode_body(body, request.headers.get("Content-Type", "") or codec.JSON)
+            value, _ = codec.decode_body(
+                body,
+                request.headers.get("Content-Type", "") or codec.JSON,
+                max_bytes=self.settings.max_body_bytes,
+            )
             parsed = codec.require_object(value)
         policy = request.query.get("propagationPolicy", "")
         if policy and policy not in ("Background", "Foreground", "Orphan"):

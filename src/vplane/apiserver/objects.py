@@ -32,6 +32,10 @@ MAX_UPDATE_RETRIES = 1000
 """Compare-and-swap retries for one update. Upstream retries until the request's deadline; each lost race
 means another writer made progress, so the bound only matters under pathological contention."""
 
+DEFAULT_MAX_OBJECT_BYTES = 1536 * 1024
+"""Largest stored object, as etcd's default ``--max-request-bytes`` (1.5 MiB); the server passes its
+``max_object_bytes`` setting."""
+
 FOREGROUND_FINALIZER = "foregroundDeletion"
 ORPHAN_FINALIZER = "orphan"
 
@@ -80,11 +84,14 @@ class ObjectStore:
         admission: Admission,
         schemas: SchemaSource,
         clock: timeutil.Clock = timeutil.wall_clock,
+        *,
+        max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
     ) -> None:
         self.cache = cache
         self.admission = admission
         self.schemas = schemas
         self.clock = clock
+        self.max_object_bytes = max_object_bytes
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -175,7 +182,7 @@ class ObjectStore:
         for attempt in range(8):
             try:
                 return await self.cache.create(
-                    rtype.key(meta.get("namespace", ""), meta["name"]), codec.stored_bytes(obj)
+                    rtype.key(meta.get("namespace", ""), meta["name"]), self._stored_value(obj, None)
                 )
             except KeyExistsError:
                 if not generated or attempt == 7:
@@ -336,7 +343,7 @@ class ObjectStore:
             try:
                 if finishing:
                     return await self.cache.delete(key, kv.mod_revision)
-                return await self.cache.update(key, codec.stored_bytes(new), kv.mod_revision)
+                return await self.cache.update(key, self._stored_value(new, kv), kv.mod_revision)
             except RevisionMismatchError:
                 if user_rv:
                     raise errors.conflict(rtype.resource, name, rtype.group) from None
@@ -473,6 +480,8 @@ class ObjectStore:
                 umeta.pop("resourceVersion", None)
                 if options.dry_run or ctx.dry_run:
                     return DeleteResult(updated, False)
+                # Not size-checked: marking adds a timestamp and finalizers to an object already stored,
+                # and refusing it would leave an object at the limit impossible to delete.
                 try:
                     stored = await self.cache.update(key, codec.stored_bytes(updated), kv.mod_revision)
                 except RevisionMismatchError:
@@ -504,6 +513,15 @@ class ObjectStore:
             obj.setdefault("status", {})["phase"] = "Terminating"
 
     # -- shared steps ----------------------------------------------------------------------------
+
+    def _stored_value(self, obj: Obj, old: KeyValue | None) -> bytes:
+        """The bytes to store, refused with 413 past ``max_object_bytes`` unless the write does not grow
+        the object (so one stored under a larger limit can still be trimmed). Every create, update, patch
+        and subresource write passes here; the check is the length of bytes the write needs anyway."""
+        value = codec.stored_bytes(obj)
+        if len(value) > self.max_object_bytes and (old is None or len(value) > len(old.value)):
+            raise errors.object_too_large()
+        return value
 
     def _default(self, ctx: RequestContext, rtype: ResourceType, obj: Obj) -> None:
         rtype.strategy.default(obj)

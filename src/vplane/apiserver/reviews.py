@@ -16,10 +16,10 @@ from vplane.apiserver import codec, timeutil
 from vplane.apiserver.authz import Attributes
 from vplane.apiserver.context import RequestContext, UserInfo
 from vplane.apiserver.handlers import object_response, response_format
-from vplane.apiserver.registry import ResourceType
-from vplane.kube.requestinfo import RequestInfo
-from vplane.kube import errors
+from vplane.apiserver.registry import CreateHandler, ResourceType
+from vplane.kube import errors, openapi, structural
 from vplane.kube.objects import Obj
+from vplane.kube.requestinfo import RequestInfo
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -45,8 +45,17 @@ class Reviews:
         }
         for rtype in server.registry:
             if rtype.resource in handlers and not rtype.stored:
-                rtype.create_handler = handlers[rtype.resource]
+                rtype.create_handler = self._into_schema(rtype, handlers[rtype.resource])
         server.token_authenticators.append(self)
+
+    def _into_schema(self, rtype: ResourceType, handler: CreateHandler) -> CreateHandler:
+        definition = self.server.schemas.definition_name(rtype)
+
+        async def decoded(ctx: RequestContext, obj: Obj) -> Obj:
+            decode_into_schema(ctx, obj, definition, rtype.kind, rtype.version)
+            return await handler(ctx, obj)
+
+        return decoded
 
     def subresource_handler(self, rtype: ResourceType, subresource: str) -> SubresourceHandler | None:
         if rtype.resource == "serviceaccounts" and not rtype.group and subresource == "token":
@@ -204,8 +213,15 @@ class Reviews:
             raise errors.method_not_allowed()
         self.server.objects.must_get(rtype, info.namespace, info.name)
         body = await self.server.read_body(request)
-        value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""))
+        value, duplicates = codec.decode_body(
+            body,
+            request.headers.get("Content-Type", ""),
+            want_duplicates=ctx.field_validation in ("Strict", "Warn"),
+            max_bytes=self.server.settings.max_body_bytes,
+        )
         obj = codec.require_object(value)
+        ctx.duplicate_fields = duplicates
+        decode_into_schema(ctx, obj, TOKEN_REQUEST_DEFINITION, "TokenRequest", "v1")
         spec = obj.setdefault("spec", {})
         seconds = int(spec.get("expirationSeconds") or SERVICE_ACCOUNT_TOKEN_SECONDS)
         if seconds < 600:
@@ -243,6 +259,35 @@ class Reviews:
             self.service_account_tokens.pop(token, None)
             return None
         return user
+
+
+def decode_into_schema(ctx: RequestContext, obj: Obj, definition: str, kind: str, version: str) -> None:
+    """Make ``obj`` what decoding it into upstream's typed struct would: unknown fields dropped (refused
+    under ``fieldValidation=Strict``, warned about under ``Warn``) and values of the wrong type refused
+    with 400, so a review answers with its own fields only and its handler reads the types it expects."""
+    builtin = openapi.load_builtin()
+    schema = builtin.schemas[definition]
+    unknown = [p.removeprefix(".") for p in structural.prune(obj, schema, components=builtin.schemas)]
+    duplicates = ctx.duplicate_fields
+    if (unknown or duplicates) and ctx.field_validation != "Ignore":
+        if ctx.field_validation == "Strict":
+            raise structural.strict_decoding_error(kind, version, unknown, duplicates)
+        for text in structural.strict_errors(unknown, duplicates):
+            ctx.warn(text)
+    # Only types: Go's decoder checks those, while ``required`` and formats are left to validation.
+    causes = [
+        c
+        for c in structural.validate(obj, schema, components=builtin.schemas)
+        if c.get("reason") == "FieldValueTypeInvalid"
+    ]
+    if causes:
+        raise errors.bad_request(
+            f'{kind} in version "{version}" cannot be handled as a {kind}: '
+            + ", ".join(f"{c.get('field', '')}: {c.get('message', '')}" for c in causes)
+        )
+
+
+TOKEN_REQUEST_DEFINITION = "io.k8s.api.authentication.v1.TokenRequest"
 
 
 def _typed(obj: Obj, api_version: str, kind: str) -> Obj:

@@ -20,7 +20,6 @@ import structlog
 from aiohttp import web
 
 from vplane.apiserver import authn, builtin, codec, discovery, policy, timeutil
-from vplane.kube import requestinfo
 from vplane.apiserver.admission import Admission, NamespaceLifecycle
 from vplane.apiserver.aggregation import Aggregator
 from vplane.apiserver.authz import Attributes, RBACAuthorizer, RBACIndex, forbidden_reason
@@ -36,7 +35,7 @@ from vplane.apiserver.schemas import SchemaSource
 from vplane.apiserver.settings import APIServerSettings
 from vplane.apiserver.vap import ValidatingAdmissionPolicyPlugin
 from vplane.apiserver.watch import WatchEvent, WatchHub
-from vplane.kube import errors, tables
+from vplane.kube import errors, requestinfo, tables
 from vplane.kube.objects import Obj
 from vplane.storage.cache import Cache
 from vplane.storage.interface import Store
@@ -75,7 +74,9 @@ class APIServer:
         self.hub = WatchHub()
         self.admission = Admission()
         self.schemas = SchemaSource(self.registry)
-        self.objects = ObjectStore(self.cache, self.admission, self.schemas, clock)
+        self.objects = ObjectStore(
+            self.cache, self.admission, self.schemas, clock, max_object_bytes=settings.max_object_bytes
+        )
         self.rbac = RBACIndex()
         self.authorizer = RBACAuthorizer(self.rbac)
         self.static_tokens = authn.StaticTokens(self.data_dir / "auth" / "tokens.json")

@@ -48,3 +48,9 @@ class APIServerSettings(BaseModel):
     apiservice_probe_interval_seconds: float = 30.0
     """How often aggregated backends' discovery is checked for the ``Available`` condition."""
     admin_user: str = "admin"
+
+    # -- issue 7 item 2: decoded and stored size ---------------------------------------------------
+    max_object_bytes: int = Field(default=1536 * 1024, gt=0)
+    """Largest stored form of one object (etcd's default ``--max-request-bytes``, 1.5 MiB): creates,
+    updates, patches and subresource writes past it get 413 ``etcdserver: request is too large``. Request
+    bodies may be larger (``max_body_bytes``), as upstream allows for JSON being wordier than storage."""

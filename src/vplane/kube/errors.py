@@ -145,6 +145,58 @@ def request_entity_too_large(message: str) -> StatusError:
     return StatusError(413, "RequestEntityTooLarge", message)
 
 
+def object_too_large() -> StatusError:
+    """An object whose stored form is over the per-object limit (etcd's ``--max-request-bytes``).
+
+    The message is etcd's, which kube-apiserver passes through. Upstream answers it as a 500 with an
+    empty reason (kubernetes/kubernetes#112152, still open); we answer 413 RequestEntityTooLarge, since
+    retrying cannot help, and keep etcd's words so clients that match on them still do."""
+    return StatusError(413, "RequestEntityTooLarge", "etcdserver: request is too large")
+
+
+def decoded_body_too_large(limit: int) -> StatusError:
+    """A body whose decoded value re-encodes to more than the body limit (YAML can be terser than JSON)."""
+    return StatusError(
+        413,
+        "RequestEntityTooLarge",
+        f"Request entity too large: the decoded body exceeds the limit of {limit}",
+    )
+
+
+def yaml_alias(line: int, alias: str) -> StatusError:
+    """A YAML body that uses an alias (``*name``): refused before anything is built from it."""
+    return bad_request(
+        f"yaml: line {line}: aliases are not supported (found *{alias}); write the value out in full"
+    )
+
+
+def nested_too_deeply(limit: int, *, stored: bool = False) -> StatusError:
+    """A body or object nested deeper than the server can encode (upstream's decoder stops at 10000)."""
+    what = (
+        "the object to store, with its metadata.managedFields, may be"
+        if stored
+        else "objects and arrays may be"
+    )
+    return bad_request(f"exceeded max depth: {what} nested at most {limit} levels deep")
+
+
+def query_int_unparsable(raw: str, out_of_range: bool) -> StatusError:
+    """An integer query parameter Go's ``strconv.ParseInt`` (base 10, 64 bits) rejects: upstream answers
+    ``strconv.ParseInt: parsing "0.1s": invalid syntax`` (kubernetes/kubernetes#101350)."""
+    why = "value out of range" if out_of_range else "invalid syntax"
+    return bad_request(f"strconv.ParseInt: parsing {_render_value(raw)}: {why}")
+
+
+def query_negative(name: str, value: int) -> StatusError:
+    """A negative count or duration in the query (upstream has no wording of its own: field.Invalid's)."""
+    return bad_request(_cause_text(field_invalid(name, value, "must be greater than or equal to 0")))
+
+
+def not_representable_in_json(detail: str) -> StatusError:
+    """A YAML or protobuf body holding a value JSON has no form for (binary, sets, integers over 64 bits)."""
+    return bad_request(f"the request body cannot be represented as JSON: {detail}")
+
+
 def unsupported_media_type(content_type: str, accepted: Sequence[str]) -> StatusError:
     message = "the body of the request was in an unknown format - accepted media types include: " + ", ".join(
         accepted

@@ -17,11 +17,11 @@ from vplane.apiserver.context import RequestContext, UserInfo
 from vplane.apiserver.handlers import object_response, response_format
 from vplane.apiserver.objects import DeleteOptions
 from vplane.apiserver.registry import ResourceType
-from vplane.kube.requestinfo import RequestInfo
 from vplane.apiserver.watch import WatchEvent
 from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import GROUP, Identity, KeyRejected
 from vplane.kube.objects import Obj
+from vplane.kube.requestinfo import RequestInfo
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
