@@ -178,3 +178,9 @@ def test_tenant_config_reports_proxy_errors_as_causes() -> None:
     ok = "experimental:\n  proxy:\n    customResources:\n      w.e.com/v1: {enabled: true, targetVirtualCluster: {name: t}}\n"
     assert tenantconfig.validate(ok) == []
     assert [t.group_version for t in tenantconfig.parse(ok).proxy_targets("default")] == ["e.com/v1"]
+
+
+def test_tenant_config_refuses_yaml_aliases() -> None:
+    bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
+    causes = tenantconfig.validate(bomb)
+    assert len(causes) == 1 and "aliases are not supported (found *a)" in causes[0]["message"]

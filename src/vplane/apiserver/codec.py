@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import yaml
 
-from vplane.kube import errors, protobuf
+from vplane.kube import errors, protobuf, yamlsafe
 from vplane.kube.objects import Obj
 from vplane.storage.interface import KeyValue
 
@@ -182,37 +182,11 @@ def _json(body: bytes, want_duplicates: bool, max_bytes: int | None) -> tuple[An
         raise errors.bad_request(f"json parse error: {exc}") from None
 
 
-class _YAMLLoader(yaml.CSafeLoader):
-    """The safe loader (libyaml when available), with timestamps left as the strings they are, as
-    upstream's YAML-to-JSON conversion leaves them (``2024-01-01`` is a valid label value, not a date)."""
-
-
-def _timestamp_as_string(loader: _YAMLLoader, node: yaml.Node) -> str:
-    return str(node.value)
-
-
-_YAMLLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_string)
-
-
-def _refuse_aliases(body: bytes) -> None:
-    """400 at the first alias, reading parser events only: no node or object is built, so a billion-laughs
-    document costs what its bytes cost. Anchors alone are harmless (they name a value, they copy nothing)
-    and stay allowed. Kubernetes objects never need aliases; upstream expands them with a budget
-    (``yaml: document contains excessive aliasing``); we refuse them outright."""
-    try:
-        for event in yaml.parse(body, Loader=_YAMLLoader):
-            if isinstance(event, yaml.AliasEvent):
-                mark = event.start_mark
-                raise errors.yaml_alias(mark.line + 1 if mark is not None else 0, str(event.anchor))
-    except yaml.YAMLError:
-        return  # malformed before any alias: loading reports it with its position
-
-
 def _yaml(body: bytes, max_bytes: int | None) -> Any:
-    if b"*" in body:  # an alias needs a '*' (in UTF-8 and UTF-16 alike): most bodies skip the event scan
-        _refuse_aliases(body)
     try:
-        value = yaml.load(body, Loader=_YAMLLoader)  # a safe loader
+        value = yamlsafe.load(body)
+    except yamlsafe.AliasRefused as exc:
+        raise errors.yaml_alias(exc.line, exc.anchor) from None
     except yaml.YAMLError as exc:
         raise errors.bad_request(f"yaml parse error: {exc}") from None
     except RecursionError:

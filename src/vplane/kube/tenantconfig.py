@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from vplane.kube import errors, proxyconfig
+from vplane.kube import errors, proxyconfig, yamlsafe
 from vplane.kube.errors import Cause
 from vplane.kube.proxyconfig import Proxy
 
@@ -62,7 +62,7 @@ def parse(values: str | None, field: str = "spec.template.helmRelease.values") -
     causes = validate(values, field)
     if causes:
         raise ConfigInvalid(causes)
-    doc = yaml.safe_load(values or "") or {}
+    doc = yamlsafe.load(values or "") or {}
     return TenantConfig.model_validate(doc)
 
 
@@ -74,7 +74,7 @@ class ConfigInvalid(Exception):
 
 def validate(values: str | None, field: str = "spec.template.helmRelease.values") -> list[Cause]:
     try:
-        doc = yaml.safe_load(values or "") or {}
+        doc = yamlsafe.load(values or "") or {}
     except yaml.YAMLError as exc:
         return [errors.field_invalid(field, "<yaml>", f"not valid YAML: {exc}")]
     if not isinstance(doc, dict):

@@ -26,6 +26,8 @@ from typing import Any
 import orjson
 import yaml
 
+from vplane.kube import yamlsafe
+
 OWNER_VCLUSTER = "vcluster.com/owner-vcluster"
 OWNER_PROJECT = "vcluster.com/owner-project"
 
@@ -119,18 +121,9 @@ def _load_json(body: bytes) -> Any:
         raise NotInjectable(f"invalid JSON: {exc}") from exc
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """Kubernetes manifests never need anchors or aliases; refusing them keeps a tiny body tiny."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.YAMLError("YAML aliases are not allowed")
-        return super().compose_node(parent, index)
-
-
 def _load_yaml(body: bytes) -> Any:
     try:
-        return yaml.load(body, Loader=_NoAliasLoader)
+        return yamlsafe.load(body)
     except yaml.YAMLError as exc:
         raise NotInjectable(f"invalid YAML: {exc}") from exc
 
