@@ -1,0 +1,161 @@
+"""The runbook's quick triage as a pure decision: target readiness, one replica's proxy metrics and its
+log lines in, the matching verdict row out (``vplane doctor proxy`` prints it for every replica).
+
+The rows and their wording are the runbook's ("Quick triage: proxy degraded or target down"). Where the
+runbook asks whether a counter "increased recently", doctor compares two scrapes taken a few seconds
+apart; a single scrape counts any non-zero value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+QUARANTINE_LOG = "quarantining proxy target peer host after consecutive dial failures"
+ALL_QUARANTINED_LOG = "all peer hosts for the proxy target are quarantined"
+NO_SYNC_LOG = "peer cache did not sync in time for the startup probe"
+SUBSCRIPTION_DOWN_LOG = "peer watch subscription is down"
+CLASSIFIED = (
+    "timeout",
+    "deadline",
+    "peer_departed",
+    "ts_server_unavailable",
+    "error",
+    "ownership_check_failed",
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass
+class Scrape:
+    samples: list[Sample] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, text: str) -> Scrape:
+        out = cls()
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out.samples.append(Sample(s.name, dict(s.labels), float(s.value)))
+        return out
+
+    def total(self, name: str, **labels: str) -> float:
+        return sum(
+            s.value
+            for s in self.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+    def series(self, name: str) -> list[Sample]:
+        return [s for s in self.samples if s.name == name]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    row: str
+    """The runbook's verdict text."""
+    evidence: list[str]
+    next_action: str
+    reasons: dict[str, float]
+    """``reason`` label values seen on ``vcluster_proxy_request_total`` with their counts."""
+
+
+def _increase(now: Scrape, before: Scrape | None, name: str) -> float:
+    return now.total(name) - (before.total(name) if before is not None else 0.0)
+
+
+def triage(
+    target_ready: bool,
+    now: Scrape,
+    logs: Iterable[str],
+    before: Scrape | None = None,
+) -> Verdict:
+    lines = list(logs)
+    reasons: dict[str, float] = {}
+    for s in now.series("vcluster_proxy_request_total"):
+        reason = s.labels.get("reason", "")
+        reasons[reason] = reasons.get(reason, 0.0) + s.value
+    if not target_ready:
+        return Verdict(
+            "The target is down. Fix the target. The proxy recovers on its own once a peer is dialable.",
+            ["target control-plane replicas are not Ready"],
+            "Check the target tenant cluster's control plane (its VirtualClusterInstance status and replica "
+            "logs).",
+            reasons,
+        )
+    healthy = now.total("vcluster_proxy_peers", state="healthy")
+    peers_reported = bool(now.series("vcluster_proxy_peers"))
+    all_quarantined = _increase(now, before, "vcluster_proxy_target_all_peers_quarantined_total")
+    quarantine_lines = [ln for ln in lines if QUARANTINE_LOG in ln or ALL_QUARANTINED_LOG in ln]
+    synced = now.series("vcluster_proxy_peer_cache_synced")
+    sync_lines = [ln for ln in lines if NO_SYNC_LOG in ln or SUBSCRIPTION_DOWN_LOG in ln]
+    if synced and any(s.value == 0 for s in synced):
+        return Verdict(
+            "The client has no current peer snapshot because of a license, network, or platform issue. "
+            "Target pod readiness doesn't validate the target API, but restore the client's peer feed first.",
+            ["vcluster_proxy_peer_cache_synced is 0", *sync_lines[-3:]],
+            "Check that the client has platform connectivity, that the platform is reachable from the "
+            "client's replicas, and that the target's control-plane peers are registered.",
+            reasons,
+        )
+    if (peers_reported and healthy == 0) or all_quarantined > 0 or quarantine_lines:
+        evidence = []
+        if peers_reported and healthy == 0:
+            evidence.append('vcluster_proxy_peers{state="healthy"} is 0')
+        if all_quarantined > 0:
+            evidence.append(
+                f"vcluster_proxy_target_all_peers_quarantined_total increased by {all_quarantined:g}"
+            )
+        evidence.extend(quarantine_lines[-3:])
+        return Verdict(
+            "Proxy-path degradation: the endpoints are stale or unreachable from the client. Check peer "
+            "publication and the direct and DERP network paths. See 503 errors persist after a target "
+            "restart or upgrade.",
+            evidence,
+            "Check peer publication (kubectl get networkpeers on the platform), client-to-platform "
+            'connectivity and DERP reachability; confirm recovery with vcluster_proxy_peers{state="healthy"}.',
+            reasons,
+        )
+    deadline = now.total("vcluster_proxy_request_terminations_total", reason="deadline")
+    if deadline > 0:
+        return Verdict(
+            "The target accepted the connection but didn't finish the response before the proxy's request "
+            "deadline. See Requests time out after about 60 seconds.",
+            [f'vcluster_proxy_request_terminations_total{{reason="deadline"}} is {deadline:g}'],
+            "Check the target API server, its backing store and admission webhooks for latency; compare "
+            "vcluster_proxy_request_duration_seconds with vcluster_proxy_peer_dial_duration_seconds.",
+            reasons,
+        )
+    unavailable = {
+        s.labels.get("reason", ""): s.value
+        for s in now.series("vcluster_proxy_request_total")
+        if s.labels.get("code") == "503"
+    }
+    if unavailable:
+        classified = sorted(r for r in unavailable if r in CLASSIFIED)
+        evidence = [f'{v:g} requests answered 503 with reason="{r}"' for r, v in sorted(unavailable.items())]
+        if classified:
+            action = (
+                f"Reasons {', '.join(classified)} identify failures classified during proxy handling; see "
+                "the outcome reasons reference."
+            )
+        else:
+            action = (
+                "upstream with code 503 usually means the target returned a 5xx response, but upstream is "
+                "also the default for failures the proxy didn't classify more specifically. Check the client "
+                "proxy logs before attributing it to the target."
+            )
+        return Verdict("Check the reason label on vcluster_proxy_request_total.", evidence, action, reasons)
+    return Verdict(
+        "No proxy degradation: peers are healthy and no request failed with 503.",
+        [f"{healthy:g} healthy peer host(s)"] if peers_reported else [],
+        "None.",
+        reasons,
+    )

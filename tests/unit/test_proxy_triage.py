@@ -1,0 +1,71 @@
+"""The runbook's verdict table as a pure decision over metrics and log lines."""
+
+from __future__ import annotations
+
+from vplane.proxy.triage import Scrape, triage
+
+HEADER = """# TYPE vcluster_proxy_peers gauge
+# TYPE vcluster_proxy_peer_cache_synced gauge
+# TYPE vcluster_proxy_request_total counter
+# TYPE vcluster_proxy_target_all_peers_quarantined_total counter
+# TYPE vcluster_proxy_request_terminations_total counter
+"""
+
+
+def scrape(
+    healthy: int = 1, quarantined: int = 0, synced: int = 1, requests: str = "", extra: str = ""
+) -> Scrape:
+    t = 'target="default/target",group_version="example.com/v1"'
+    return Scrape.parse(
+        HEADER
+        + f'vcluster_proxy_peers{{{t},state="healthy"}} {healthy}\n'
+        + f'vcluster_proxy_peers{{{t},state="quarantined"}} {quarantined}\n'
+        + f'vcluster_proxy_peers{{{t},state="half_open"}} 0\n'
+        + f"vcluster_proxy_peer_cache_synced{{{t}}} {synced}\n"
+        + requests
+        + extra
+    )
+
+
+def test_target_down_wins() -> None:
+    verdict = triage(False, scrape(healthy=0), [])
+    assert verdict.row.startswith("The target is down.")
+
+
+def test_no_healthy_peers_is_path_degradation() -> None:
+    verdict = triage(True, scrape(healthy=0, quarantined=2), [])
+    assert verdict.row.startswith("Proxy-path degradation")
+    assert 'vcluster_proxy_peers{state="healthy"} is 0' in verdict.evidence
+
+
+def test_all_quarantined_increase_between_scrapes() -> None:
+    counter = 'vcluster_proxy_target_all_peers_quarantined_total{target="default/target"} '
+    before = scrape(extra=counter + "1\n")
+    assert triage(True, scrape(extra=counter + "1\n"), [], before=before).row.startswith(
+        "No proxy degradation"
+    )
+    assert triage(True, scrape(extra=counter + "2\n"), [], before=before).row.startswith("Proxy-path")
+
+
+def test_unsynced_cache_names_the_peer_feed() -> None:
+    logs = ["... peer cache did not sync in time for the startup probe, requests fail with 503 ..."]
+    verdict = triage(True, scrape(healthy=0, synced=0), logs)
+    assert verdict.row.startswith("The client has no current peer snapshot")
+    assert logs[0] in verdict.evidence
+
+
+def test_503s_without_quarantine_point_at_the_reason_label() -> None:
+    requests = (
+        'vcluster_proxy_request_total{target="default/target",group_version="example.com/v1",verb="get",'
+        'code="503",reason="upstream"} 4\n'
+    )
+    verdict = triage(True, scrape(requests=requests), [])
+    assert verdict.row == "Check the reason label on vcluster_proxy_request_total."
+    assert verdict.reasons == {"upstream": 4.0}
+    assert "upstream with code 503 usually means" in verdict.next_action
+
+
+def test_deadline_terminations_point_at_the_slow_target() -> None:
+    extra = 'vcluster_proxy_request_terminations_total{target="default/target",reason="deadline"} 1\n'
+    verdict = triage(True, scrape(extra=extra), [])
+    assert verdict.row.startswith("The target accepted the connection")
