@@ -48,3 +48,8 @@ class APIServerSettings(BaseModel):
     apiservice_probe_interval_seconds: float = 30.0
     """How often aggregated backends' discovery is checked for the ``Available`` condition."""
     admin_user: str = "admin"
+
+    # -- shutdown (issue 7, item 9) --
+    shutdown_grace_seconds: float = Field(default=3.0, ge=0)
+    """On stop, how long requests still being handled may finish before they are cancelled (aiohttp's
+    default of 60 s kept a stopping server waiting on relays whose client had gone)."""
