@@ -180,9 +180,15 @@ def claim_private_dir(path: Path) -> Path:
     """Create ``path`` 0700, or refuse one that group or others can reach (it holds every credential)."""
     try:
         private_dir(path)
-        mode = path.stat().st_mode
+        info = path.stat()
     except OSError as exc:
         raise click.ClickException(f"data directory {path}: {exc.strerror or exc}") from None
+    mode = info.st_mode
+    if info.st_uid != os.getuid() or mode & 0o1000:  # someone else's, or a shared one like /tmp
+        raise click.ClickException(
+            f"data directory {path} is not yours alone (owner uid {info.st_uid}, mode {mode & 0o7777:04o}); "
+            "use a directory of your own"
+        )
     if others_can_access(mode):
         raise click.ClickException(
             f"data directory {path} is accessible by other users (mode {mode & 0o777:04o}); "
@@ -264,7 +270,7 @@ def startup_error(exc: BaseException, listen: str) -> click.ClickException | Non
     """One line for what commonly goes wrong while a server starts (the port is taken, ...)."""
     if isinstance(exc, click.ClickException):
         return exc
-    if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+    if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
         where = f" on {listen}" if listen else ""
         return click.ClickException(f"cannot listen{where}: {os.strerror(exc.errno).lower()}")
     return None

@@ -117,7 +117,7 @@ async def _wait_reachable(login: userconfig.PlatformLogin, names: tuple[str, ...
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
         while pending:
             name = pending[0]
-            url = userconfig.tenant_server(login, name, PROJECT) + "/api/v1/namespaces/default"
+            url = userconfig.tenant_server(login, name, PROJECT) + "/api"  # needs an authenticated user
             try:
                 async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
                     if resp.status == 200:

@@ -70,6 +70,19 @@ def test_a_directory_others_can_read_is_refused_with_the_fix(tmp_path: Path, ope
     )
 
 
+def test_a_shared_directory_is_refused_without_suggesting_chmod(tmp_path: Path) -> None:
+    """`--data-dir /tmp` must not be answered with `chmod 700 /tmp`."""
+    shared = tmp_path / "tmp-like"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    with pytest.raises(click.ClickException) as info:
+        claim_private_dir(shared)
+    assert info.value.message == (
+        f"data directory {shared} is not yours alone (owner uid {os.getuid()}, mode 1777); "
+        "use a directory of your own"
+    )
+
+
 def test_a_held_lock_names_its_holder(tmp_path: Path) -> None:
     first = DataDirLock(tmp_path).acquire()
     first.set_address("https://127.0.0.1:10443")
