@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +19,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import APIServerProcess, Kubectl  # noqa: E402
 
+PRIVATE_HOME_ENV = "VPLANE_TEST_HOME"
+"""The home directory the tests run with: a fresh private directory per test process (xdist workers
+make their own), removed when the process ends."""
+
+_own_home: list[Path] = []
+
+
+def _isolate_home() -> None:
+    """Tests never write into the user's home: every process they start (vplane, kubectl, kopf) gets a
+    fresh HOME, no KUBECONFIG of the user's, and VPLANE_HOME inside that HOME."""
+    home = Path(tempfile.mkdtemp(prefix="vplane-test-home-"))
+    _own_home.append(home)
+    os.environ[PRIVATE_HOME_ENV] = str(home)
+    os.environ["HOME"] = str(home)
+    os.environ["VPLANE_HOME"] = str(home / ".vplane")
+    for name, sub in (
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_CACHE_HOME", ".cache"),
+        ("XDG_DATA_HOME", ".local"),
+    ):
+        os.environ[name] = str(home / sub)
+    os.environ.pop("KUBECONFIG", None)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # looptime asks the policy for an event loop before every test; on Python 3.11 that creates (and never
     # closes) a loop for sync tests, whose ResourceWarning then fails a later test. No default loop.
     asyncio.set_event_loop(None)
+    _isolate_home()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for home in _own_home:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _tool(name: str) -> str:

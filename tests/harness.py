@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import ssl
@@ -76,7 +77,7 @@ class ServerProcess:
 
     def _start(self, settings: dict[str, Any]) -> None:
         self.settings.update(settings)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # servers refuse others' access
         ready = self.data_dir / "ready"
         ready.unlink(missing_ok=True)
         port = self.settings.pop("port", 0) if "port" in self.settings else (self._last_port() or 0)
@@ -220,3 +221,98 @@ class PlatformProcess(ServerProcess):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 pass
+
+
+class UpProcess:
+    """``vplane up`` in a session of its own (so a test can send a signal to its process group, as Ctrl-C
+    at a terminal does), with the VPLANE_HOME the test gives it."""
+
+    def __init__(self, data_dir: Path, home: Path, *args: str, global_args: tuple[str, ...] = ()) -> None:
+        self.data_dir = data_dir
+        self.home = home
+        self.args = args
+        self.global_args = global_args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}-up.log"
+        self.ready = data_dir.parent / f"{data_dir.name}-up.ready"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "VPLANE_HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.data_dir / "kubeconfig.yaml"
+
+    def tenant_dir(self, name: str) -> Path:
+        return self.data_dir / "platform" / "tenants" / "p-default" / name
+
+    def replica_pid(self, name: str, index: int = 0) -> int:
+        return int((self.tenant_dir(name) / f"replica-{index}.pid").read_text())
+
+    def start(self, timeout: float = 120) -> UpProcess:
+        self.ready.unlink(missing_ok=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "vplane.cli.main",
+            *self.global_args,
+            "up",
+            "--data-dir",
+            str(self.data_dir),
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            str(self.ready),
+            *self.args,
+        ]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while not self.ready.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vplane up exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vplane up did not become ready:\n{self.log()}")
+            time.sleep(0.1)
+        return self
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def interrupt(self) -> None:
+        """Ctrl-C at a terminal: SIGINT to the whole foreground process group."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+    def wait_log(self, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not in the log of vplane up:\n{self.log()}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """End the process and the tenant replicas it started, whatever state the test left them in."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        for pid_file in (self.data_dir / "platform" / "tenants").glob("*/*/replica-*.pid"):
+            try:
+                pid = int(pid_file.read_text())
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, ValueError):
+                continue
+            if str(pid_file.parent).encode() in cmdline:  # still that replica, not a reused pid
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)

@@ -267,7 +267,7 @@ def main() -> None:
 
     data = work / "apiserver"
     ready = data / "ready"
-    data.mkdir()
+    data.mkdir(mode=0o700)  # vplane refuses a data directory others can read
     server = Server(
         [
             sys.executable,

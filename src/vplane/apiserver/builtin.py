@@ -536,7 +536,12 @@ def builtin_types() -> list[ResourceType]:
             categories=("all",),
             strategy=PodStrategy(),
             status=True,
-            subresources={"log": Subresource("log", "Pod", ("get",))},
+            subresources={
+                "attach": Subresource("attach", "PodAttachOptions", ("create", "get")),
+                "exec": Subresource("exec", "PodExecOptions", ("create", "get")),
+                "log": Subresource("log", "Pod", ("get",)),
+                "portforward": Subresource("portforward", "PodPortForwardOptions", ("create", "get")),
+            },
         ),
         _rt("", "v1", "events", "Event", True, short_names=("ev",), strategy=EventStrategy()),
         _rt(

@@ -29,6 +29,27 @@ SubresourceHandler = Callable[
 ]
 
 SERVICE_ACCOUNT_TOKEN_SECONDS = 3600
+POD_STREAMS = ("exec", "attach", "portforward")
+
+
+def pod_container(pod: Obj, container: str) -> str:
+    """The container a log or exec request addresses (upstream's ``validateContainer``): the one named,
+    which must exist (init and ephemeral containers count), or the pod's only container."""
+    spec = pod.get("spec") or {}
+    name = str((pod.get("metadata") or {}).get("name", ""))
+    every = [
+        str(c.get("name", ""))
+        for part in ("initContainers", "containers", "ephemeralContainers")
+        for c in spec.get(part) or []
+    ]
+    if container:
+        if container not in every:
+            raise errors.pod_container_invalid(container, name)
+        return container
+    regular = [str(c.get("name", "")) for c in spec.get("containers") or []]
+    if len(regular) != 1:
+        raise errors.pod_container_required(name, every if regular else [])
+    return regular[0]
 
 
 class Reviews:
@@ -62,16 +83,43 @@ class Reviews:
             return self.token_request
         if rtype.resource == "pods" and not rtype.group and subresource == "log":
             return self.server_log_handler
+        if rtype.resource == "pods" and not rtype.group and subresource in POD_STREAMS:
+            return self.pod_stream_handler
         return None
 
     async def server_log_handler(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
     ) -> web.StreamResponse:
+        """Until a node runtime serves logs (``extra_routes["pods/log"]``), answer as upstream does for a
+        pod that no node runs: a pod not scheduled yet has no log location, which is 204 No Content
+        (``LogLocation`` returns none; the stream writer answers 204), so kubectl prints nothing."""
         handler = self.server.extra_routes.get("pods/log")
         if handler is None:
-            self.server.objects.must_get(rtype, info.namespace, info.name)
+            _, pod = self.server.objects.must_get(rtype, info.namespace, info.name)
+            pod_container(pod, request.query.get("container", ""))
+            if not (pod.get("spec") or {}).get("nodeName"):
+                return web.Response(status=204)
             return web.Response(text="", content_type="text/plain")
         return await handler(request, ctx)
+
+    async def pod_stream_handler(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        """exec, attach, port-forward: a node runtime plugs in through ``extra_routes["pods/<sub>"]``;
+        without one, upstream's answers for a pod no node serves."""
+        handler = self.server.extra_routes.get(f"pods/{info.subresource}")
+        if handler is not None:
+            return await handler(request, ctx)
+        _, pod = self.server.objects.must_get(rtype, info.namespace, info.name)
+        if info.subresource != "portforward":
+            pod_container(pod, request.query.get("container", ""))
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            raise errors.pod_without_host(info.name)
+        nodes = self.server.registry.get("", "v1", "nodes")
+        if nodes is None or self.server.objects.get(nodes, "", node) is None:
+            raise errors.not_found("nodes", node)
+        raise errors.service_unavailable(f'no node runtime serves node "{node}" yet')
 
     @staticmethod
     def _attrs(user: UserInfo, spec: Obj, namespace_override: str | None = None) -> Attributes:

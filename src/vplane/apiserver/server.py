@@ -152,7 +152,9 @@ class APIServer:
             return await self.handle(request)
 
         server = web.Server(handler, request_factory=make_request, access_log=None)
-        runner = web.ServerRunner(server, handle_signals=False)
+        runner = web.ServerRunner(
+            server, handle_signals=False, shutdown_timeout=self.settings.shutdown_grace_seconds
+        )
         self._runner = runner
         await runner.setup()
         site = web.TCPSite(

@@ -54,3 +54,7 @@ class APIServerSettings(BaseModel):
     """Largest stored form of one object (etcd's default ``--max-request-bytes``, 1.5 MiB): creates,
     updates, patches and subresource writes past it get 413 ``etcdserver: request is too large``. Request
     bodies may be larger (``max_body_bytes``), as upstream allows for JSON being wordier than storage."""
+    # -- shutdown (issue 7, item 9) --
+    shutdown_grace_seconds: float = Field(default=3.0, ge=0)
+    """On stop, how long requests still being handled may finish before they are cancelled (aiohttp's
+    default of 60 s kept a stopping server waiting on relays whose client had gone)."""

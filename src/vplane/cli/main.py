@@ -4,12 +4,57 @@ from __future__ import annotations
 
 import faulthandler
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from vplane.cli.options import build_settings, parse_listen, run_until_signalled
+from vplane.cli.options import (
+    DataDirLock,
+    build_settings,
+    claim_private_dir,
+    list_settings_option,
+    parse_listen,
+    private_process,
+    run_until_signalled,
+)
 from vplane.support import logging as vlogging
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from vplane.storage.interface import Store
+
+
+def _apiserver_settings() -> type[BaseModel]:
+    from vplane.apiserver.settings import APIServerSettings
+
+    return APIServerSettings
+
+
+def _platform_settings() -> type[BaseModel]:
+    from vplane.platform.settings import PlatformSettings
+
+    return PlatformSettings
+
+
+def _tenant_settings() -> type[BaseModel]:
+    from vplane.tenant.settings import TenantSettings
+
+    return TenantSettings
+
+
+def _platform_nested() -> list[tuple[tuple[str, ...], type[BaseModel]]]:
+    from vplane.apiserver.settings import APIServerSettings
+    from vplane.mesh.settings import MeshSettings
+
+    return [(("apiserver", "tenant_apiserver"), APIServerSettings), (("mesh", "tenant_mesh"), MeshSettings)]
+
+
+def _store_failure(store: Store) -> Any:
+    """What a server process stops on: its SQLite store's writer failing (see storage.sqlite)."""
+    from vplane.storage.sqlite import SQLiteStore
+
+    return store.wait_failed if isinstance(store, SQLiteStore) else None
 
 
 @click.group()
@@ -40,6 +85,7 @@ def main(log_level: str | None) -> None:
 @click.option(
     "--ready-file", type=click.Path(path_type=Path), default=None, help="Write the URL here once serving."
 )
+@list_settings_option(_apiserver_settings)
 def apiserver(data_dir: Path, listen: str, overrides: tuple[str, ...], ready_file: Path | None) -> None:
     """Run one Kubernetes-compatible API server."""
     from vplane.apiserver.server import APIServer
@@ -49,6 +95,8 @@ def apiserver(data_dir: Path, listen: str, overrides: tuple[str, ...], ready_fil
     settings = build_settings(
         APIServerSettings, {"data_dir": data_dir, "listen_host": host, "listen_port": port}, overrides
     )
+    private_process()
+    lock = DataDirLock(claim_private_dir(data_dir)).acquire()
     server = APIServer(settings)
 
     async def start() -> None:
@@ -56,7 +104,16 @@ def apiserver(data_dir: Path, listen: str, overrides: tuple[str, ...], ready_fil
         click.echo(f"vplane API server: {server.url}")
         click.echo(f"  kubectl --kubeconfig {server.kubeconfig_path} get namespaces")
 
-    run_until_signalled(start, server.stop, ready_file, lambda: server.url)
+    run_until_signalled(
+        start,
+        server.stop,
+        ready_file,
+        lambda: server.url,
+        listen=listen,
+        locks=[lock],
+        address=lambda: server.url,
+        failure=_store_failure(server.store),
+    )
 
 
 # -- platform ------------------------------------------------------------------------------------------
@@ -74,8 +131,9 @@ def platform() -> None:
     "--set", "overrides", multiple=True, metavar="NAME=VALUE", help="Override a PlatformSettings field."
 )
 @click.option("--ready-file", type=click.Path(path_type=Path), default=None)
+@list_settings_option(_platform_settings, nested=_platform_nested)
 def platform_start(data_dir: Path, listen: str, overrides: tuple[str, ...], ready_file: Path | None) -> None:
-    """Run the platform."""
+    """Run the platform (then `vplane platform login URL --access-key KEY --ca-file CA` to use it)."""
     from vplane.platform.server import Platform
     from vplane.platform.settings import PlatformSettings
 
@@ -83,14 +141,28 @@ def platform_start(data_dir: Path, listen: str, overrides: tuple[str, ...], read
     settings = build_settings(
         PlatformSettings, {"data_dir": data_dir, "listen_host": host, "listen_port": port}, overrides
     )
+    private_process()
+    lock = DataDirLock(claim_private_dir(data_dir)).acquire()
     server = Platform(settings)
 
     async def start() -> None:
         await server.start()
         click.echo(f"vplane platform: {server.url}")
         click.echo(f"  kubectl --kubeconfig {server.management_kubeconfig} get projects")
+        key = f"$(kubectl --kubeconfig {server.management_kubeconfig} config view --raw -o jsonpath='{{.users[0].user.token}}')"
+        click.echo(f'  vplane platform login {server.url} --ca-file {server.ca_path} --access-key "{key}"')
 
-    run_until_signalled(start, server.stop, ready_file, lambda: server.url)
+    run_until_signalled(
+        start,
+        server.stop,
+        ready_file,
+        lambda: server.url,
+        listen=listen,
+        locks=[lock],
+        address=lambda: server.url,
+        force_stop=server.force_stop,
+        failure=_store_failure(server.api.store),
+    )
 
 
 @platform.command("login")
@@ -129,6 +201,16 @@ def platform_connect(target: str, kubeconfig: Path | None, print_only: bool) -> 
     path = kubeconfig or userconfig.default_kubeconfig()
     userconfig.merge_context(path, name, login.url, login.ca_pem, login.access_key)
     click.echo(f'Switched to context "{name}" in {path}')
+
+
+class _CommandNotFound(click.ClickException):
+    """The command after ``--`` does not exist: the shell's exit code."""
+
+    exit_code = 127
+
+
+class _CommandNotRunnable(click.ClickException):
+    exit_code = 126
 
 
 def _login() -> Any:
@@ -177,6 +259,7 @@ def tenant() -> None:
     help="Override a MeshSettings field of this replica.",
 )
 @click.option("--ready-file", type=click.Path(path_type=Path), default=None)
+@list_settings_option(_tenant_settings, skip=("listen_host", "listen_port", "replica", "replicas"))
 def tenant_start(
     data_dir: Path,
     name: str,
@@ -224,8 +307,22 @@ def tenant_start(
         },
         overrides,
     )
+    private_process()
+    # Replicas share the tenant's directory and store by design; each replica index is one process.
+    lock = DataDirLock(
+        data_dir, f"replica-{replica}.lock", subject=f"replica {replica} of tenant {name} ({data_dir})"
+    ).acquire()
     server = TenantServer(settings)
-    run_until_signalled(server.start, server.stop, ready_file, lambda: server.url)
+    run_until_signalled(
+        server.start,
+        server.stop,
+        ready_file,
+        lambda: server.url,
+        listen=listen,
+        locks=[lock],
+        address=lambda: server.url,
+        failure=_store_failure(server.api.store),
+    )
 
 
 # -- connect and up ------------------------------------------------------------------------------------
@@ -256,6 +353,7 @@ def connect(
     from vplane.cli import userconfig
 
     login = _login()
+    userconfig.check_tenant(login, name, project)
     context = userconfig.tenant_context(name, project)
     server = userconfig.tenant_server(login, name, project)
     doc = userconfig.kubeconfig_doc([(context, server, login.ca_pem, login.access_key)], context)
@@ -264,7 +362,12 @@ def connect(
             path = Path(tmp) / "kubeconfig.yaml"
             userconfig.write_kubeconfig(path, doc)
             env = {**os.environ, "KUBECONFIG": str(path)}
-            code = subprocess.run(list(command), env=env).returncode
+            try:
+                code = subprocess.run(list(command), env=env).returncode
+            except FileNotFoundError:
+                raise _CommandNotFound(f"command not found: {command[0]}") from None
+            except PermissionError:
+                raise _CommandNotRunnable(f"permission denied: {command[0]}") from None
         raise SystemExit(code)
     if print_only:
         click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
@@ -286,6 +389,7 @@ def connect(
     "--set", "overrides", multiple=True, metavar="NAME=VALUE", help="Override a PlatformSettings field."
 )
 @click.option("--ready-file", type=click.Path(path_type=Path), default=None)
+@list_settings_option(_platform_settings, nested=_platform_nested)
 def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_file: Path | None) -> None:
     """Start the platform with two tenant clusters, `client` and `target`, in project `default`."""
     from vplane.cli import userconfig
@@ -293,8 +397,23 @@ def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_fil
 
     host, port = parse_listen(listen)
     data = data_dir or userconfig.home() / "up"
+    private_process()
+    # The kubeconfig lives in the data directory and the platform's state under it: both private, and
+    # the platform's directory locked as `vplane platform start` locks it.
+    claim_private_dir(data)
+    lock = DataDirLock(claim_private_dir(data / "platform")).acquire()
     runner = Up(data, host, port, overrides)
-    run_until_signalled(runner.start, runner.stop, ready_file, lambda: runner.kubeconfig.as_posix())
+    run_until_signalled(
+        runner.start,
+        runner.stop,
+        ready_file,
+        lambda: runner.kubeconfig.as_posix(),
+        listen=listen,
+        locks=[lock],
+        address=lambda: runner.platform.url,
+        force_stop=runner.platform.force_stop,
+        failure=_store_failure(runner.platform.api.store),
+    )
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
 """``vplane up``: the whole system on this machine.
 
 Starts the platform, makes sure project ``default`` and the tenant clusters ``client`` and ``target``
-exist, waits until they serve, writes one kubeconfig with a context for the management API and one
-per tenant cluster, remembers the platform for ``vplane connect``, and prints how to use it all.
+exist, waits until they serve through the platform (the path their kubeconfig contexts use), writes one
+kubeconfig with a context for the management API and one per tenant cluster (keeping the context the
+user had selected in it), remembers the platform for ``vplane connect``, and prints how to use it all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from pathlib import Path
 
+import aiohttp
 import click
 
 from vplane.cli import userconfig
@@ -77,6 +80,7 @@ class Up:
             )
         await _wait_ready(client, namespace, TENANTS)
         login = userconfig.PlatformLogin(platform.url, platform.admin_key, platform.ca_path.read_bytes())
+        await _wait_reachable(login, TENANTS)
         login.save()
         entries = [(userconfig.management_context(), platform.url, login.ca_pem, login.access_key)]
         entries += [
@@ -88,11 +92,45 @@ class Up:
             )
             for n in TENANTS
         ]
-        userconfig.write_kubeconfig(self.kubeconfig, userconfig.kubeconfig_doc(entries, entries[1][0]))
+        current = keep_context(userconfig.current_context(self.kubeconfig), [e[0] for e in entries])
+        userconfig.write_kubeconfig(self.kubeconfig, userconfig.kubeconfig_doc(entries, current))
         _print_usage(platform.url, self.kubeconfig)
 
     async def stop(self) -> None:
         await self.platform.stop()
+
+
+def keep_context(previous: str | None, names: list[str]) -> str:
+    """The context a restart leaves selected: the user's choice if it is still one of ours, else the
+    first tenant cluster's."""
+    return previous if previous in names else names[1]
+
+
+async def _wait_reachable(login: userconfig.PlatformLogin, names: tuple[str, ...]) -> None:
+    """Until each tenant answers an authenticated request through the platform, as kubectl will reach it
+    (the replica serves, the platform relays, and the tenant accepts the platform's access key)."""
+    deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
+    ctx = ssl.create_default_context(cadata=login.ca_pem.decode())
+    headers = {"Authorization": f"Bearer {login.access_key}"}
+    pending = list(names)
+    last = ""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        while pending:
+            name = pending[0]
+            url = userconfig.tenant_server(login, name, PROJECT) + "/api"  # needs an authenticated user
+            try:
+                async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                    if resp.status == 200:
+                        pending.pop(0)
+                        continue
+                    last = f"{resp.status} {resp.reason}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                last = str(exc) or type(exc).__name__
+            if asyncio.get_running_loop().time() > deadline:
+                raise click.ClickException(
+                    f"tenant cluster {name} is not reachable through the platform: {last}"
+                )
+            await asyncio.sleep(0.2)
 
 
 async def _ensure(

@@ -4,11 +4,19 @@ and the names of the kubeconfig contexts it writes for the management API and te
 from __future__ import annotations
 
 import base64
+import json
 import os
+import ssl
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import click
 import yaml
+
+from vplane.support.files import write_private
 
 
 def home() -> Path:
@@ -22,9 +30,10 @@ class PlatformLogin:
     ca_pem: bytes
 
     def save(self) -> Path:
+        """The access key is a credential: the file is created 0600 (its directory 0700)."""
         path = home() / "config.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
+        write_private(
+            path,
             yaml.safe_dump(
                 {
                     "platform": {
@@ -33,9 +42,8 @@ class PlatformLogin:
                         "certificateAuthorityData": base64.b64encode(self.ca_pem).decode(),
                     }
                 }
-            )
+            ),
         )
-        path.chmod(0o600)
         return path
 
     @classmethod
@@ -62,7 +70,61 @@ def tenant_server(login: PlatformLogin, name: str, project: str) -> str:
     return f"{login.url.rstrip('/')}/kubernetes/project/{project}/virtualcluster/{name}"
 
 
+MANAGEMENT = "/apis/management.loft.sh/v1"
+DEFAULT_NAMESPACE_PREFIX = "p-"
+
+
+class _Forbidden(Exception):
+    pass
+
+
+def _get(login: PlatformLogin, path: str) -> dict[str, Any] | None:
+    """GET on the management API with the saved key; None when the object does not exist."""
+    ctx = ssl.create_default_context(cadata=login.ca_pem.decode())
+    req = urllib.request.Request(
+        login.url.rstrip("/") + path,
+        headers={"Authorization": f"Bearer {login.access_key}", "Accept": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+            doc: dict[str, Any] = json.load(resp)
+            return doc
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        if exc.code == 403:
+            raise _Forbidden from None
+        try:
+            message = json.loads(exc.read()).get("message") or exc.reason
+        except ValueError:
+            message = exc.reason
+        raise click.ClickException(f"the platform at {login.url} answered {exc.code}: {message}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise click.ClickException(f"cannot reach the platform at {login.url}: {reason}") from None
+
+
+def check_tenant(login: PlatformLogin, name: str, project: str) -> None:
+    """Refuse, in one line, a tenant cluster the platform does not have, before writing anything.
+
+    The project's namespace comes from its status (``p-<project>`` by default). A key that may not read
+    projects or tenant clusters (403) is not refused here: it may still be allowed to use the tenant,
+    which then answers for itself."""
+    try:
+        proj = _get(login, f"{MANAGEMENT}/projects/{project}")
+        if proj is None:
+            raise click.ClickException(
+                f'tenant cluster "{name}" not found in project "{project}": no such project'
+            )
+        namespace = (proj.get("status") or {}).get("namespace") or DEFAULT_NAMESPACE_PREFIX + project
+        if _get(login, f"{MANAGEMENT}/namespaces/{namespace}/virtualclusterinstances/{name}") is None:
+            raise click.ClickException(f'tenant cluster "{name}" not found in project "{project}"')
+    except _Forbidden:
+        return
+
+
 from vplane.support.kubeconfig import (  # noqa: E402 - re-exported for the CLI's commands
+    current_context,
     default_kubeconfig,
     kubeconfig_doc,
     merge_context,
@@ -71,6 +133,8 @@ from vplane.support.kubeconfig import (  # noqa: E402 - re-exported for the CLI'
 
 __all__ = [
     "PlatformLogin",
+    "check_tenant",
+    "current_context",
     "default_kubeconfig",
     "home",
     "kubeconfig_doc",

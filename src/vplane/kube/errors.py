@@ -311,3 +311,25 @@ def service_unavailable(message: str, retry_after: int | None = None) -> StatusE
 
 def timeout(message: str) -> StatusError:
     return StatusError(504, "Timeout", message)
+
+
+# -- pods/log, pods/exec, pods/attach, pods/portforward (pkg/registry/core/pod/strategy.go) --
+
+
+def pod_without_host(name: str) -> StatusError:
+    """exec, attach and port-forward to a pod not scheduled to a node (``streamLocation``)."""
+    return bad_request(f"pod {name} does not have a host assigned")
+
+
+def pod_container_required(name: str, containers: Sequence[str]) -> StatusError:
+    """No ``container`` parameter and not exactly one container (``validateContainer``; Go prints the
+    names as ``[a b]``)."""
+    if not containers:
+        return bad_request(f"a container name must be specified for pod {name}")
+    return bad_request(
+        f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]"
+    )
+
+
+def pod_container_invalid(container: str, name: str) -> StatusError:
+    return bad_request(f"container {container} is not valid for pod {name}")

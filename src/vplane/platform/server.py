@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from aiohttp import web
 
 from vplane.apiserver import timeutil
 from vplane.apiserver.objects import DeleteOptions
@@ -76,6 +77,9 @@ class Platform:
         self.tenant_proxy: TenantProxy | None = None
         self.client: KubeClient | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._relays: set[asyncio.Task[Any]] = set()
+        """Requests being relayed to tenant clusters (watches stay open): stopping cancels them, as their
+        handlers outlive a client that went away and aiohttp would wait for them."""
         self.admin_key = ""
 
     @property
@@ -112,7 +116,7 @@ class Platform:
             lambda ns, name: supervisor.directory(ns, name) / "pki" / "ca.crt",
             self.settings.project_namespace_prefix,
         )
-        self.api.public_routes[PREFIX] = self.tenant_proxy.handle
+        self.api.public_routes[PREFIX] = self._relay
         projects = ProjectController(self.client, self.settings)
         vcis = VirtualClusterController(self.client, self.settings, self.supervisor, self._vci_key)
         self._tasks += [
@@ -127,8 +131,26 @@ class Platform:
             instance=self.settings.instance_id,
         )
 
+    async def _relay(self, request: web.Request) -> web.StreamResponse:
+        assert self.tenant_proxy is not None
+        task = asyncio.current_task()
+        if task is not None:
+            self._relays.add(task)
+        try:
+            return await self.tenant_proxy.handle(request)
+        finally:
+            if task is not None:
+                self._relays.discard(task)
+
     async def stop(self) -> None:
+        """Stop within a few seconds whatever is open: controllers, relayed requests (watches), tenant
+        replicas (saying which ones it waits for), the mesh, the API server."""
+        if self.supervisor is not None:
+            self.supervisor.begin_shutdown()  # replicas exiting from now on are expected, not restarted
         await cancel_and_wait(self._tasks)
+        if self._relays:
+            log.info("stopping: closing relayed requests to tenant clusters", requests=len(self._relays))
+            await cancel_and_wait(list(self._relays))
         if self.tenant_proxy is not None:
             await self.tenant_proxy.close()
         if self.supervisor is not None:
@@ -137,6 +159,11 @@ class Platform:
         if self.client is not None:
             await self.client.close()
         await self.api.stop()
+
+    def force_stop(self) -> None:
+        """The second Ctrl-C: kill the tenant replicas now (their stores are durable), wait for nothing."""
+        if self.supervisor is not None:
+            self.supervisor.kill_all()
 
     # -- bootstrap -------------------------------------------------------------------------------
 

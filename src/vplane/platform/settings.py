@@ -35,3 +35,8 @@ class PlatformSettings(BaseModel):
     """Overrides for every tenant replica's MeshSettings (dial timeout, reconnect backoff, ...)."""
     tenant_apiserver: dict[str, object] = Field(default_factory=dict)
     """Overrides passed to every tenant replica's API server (``--set`` on ``vplane tenant start``)."""
+
+    # -- shutdown (issue 7, item 9) --
+    tenant_stop_timeout_seconds: float = Field(default=10.0, gt=0)
+    """How long stopping the platform waits for a tenant replica to exit after SIGTERM before killing it
+    (a second Ctrl-C kills at once)."""

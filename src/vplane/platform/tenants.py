@@ -23,6 +23,7 @@ import structlog
 
 from vplane.platform.settings import PlatformSettings
 from vplane.support import tls
+from vplane.support.files import private_dir, write_private
 
 log = structlog.get_logger("vplane.platform.tenants")
 
@@ -91,6 +92,8 @@ class TenantSupervisor:
         self.tenants: dict[tuple[str, str], Tenant] = {}
         self.changed: asyncio.Event = asyncio.Event()
         """Set when a replica becomes ready or fails, so the VCI controller updates status promptly."""
+        self.closing = False
+        """The platform is stopping: replicas that exit are not restarted (and that is no warning)."""
 
     def directory(self, namespace: str, name: str) -> Path:
         return self.root / namespace / name
@@ -105,9 +108,8 @@ class TenantSupervisor:
             if tenant is not None:
                 await self._stop_all(tenant)
             tenant = Tenant(spec, self.directory(spec.namespace, spec.name))
-            tenant.directory.mkdir(parents=True, exist_ok=True)
-            (tenant.directory / "access-key").write_text(spec.access_key)
-            (tenant.directory / "access-key").chmod(0o600)
+            private_dir(tenant.directory)
+            write_private(tenant.directory / "access-key", spec.access_key)
             self._mesh_material(tenant.directory)
             self.tenants[spec.key] = tenant
         tenant.spec = spec
@@ -165,6 +167,9 @@ class TenantSupervisor:
                 code = await self._run_once(tenant, replica, ready_file, pid_file)
             replica.ready = False
             replica.serving.clear()
+            if self.closing:
+                log.info("tenant replica stopped", tenant=tenant.spec.name, replica=replica.index, code=code)
+                return
             replica.restarts += 1
             self.changed.set()
             log.warning(
@@ -188,11 +193,15 @@ class TenantSupervisor:
         cmd = self._command(tenant, replica, ready_file)
         log_path = tenant.directory / f"replica-{replica.index}.log"
         with log_path.open("ab") as out:
+            # A session of its own: a Ctrl-C at the terminal reaches the platform alone, which stops its
+            # replicas in order (and kills them on a second Ctrl-C). The log level travels in the
+            # environment (VPLANE_LOG_LEVEL, set by the platform's logging configuration).
             process = await asyncio.create_subprocess_exec(
                 *cmd,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
             )
         replica.process = process
         replica.pid = process.pid
@@ -268,19 +277,21 @@ class TenantSupervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await replica.task
         process = replica.process
+        timeout = self.settings.tenant_stop_timeout_seconds
         if process is not None and process.returncode is None:
             process.terminate()
             try:
-                await asyncio.wait_for(process.wait(), 10)
+                await asyncio.wait_for(process.wait(), timeout)
             except TimeoutError:
                 process.kill()
                 await process.wait()
         elif process is None and replica.pid is not None and _alive(replica.pid):
             _terminate(replica.pid)
-            for _ in range(100):
-                if not _alive(replica.pid):
-                    break
+            deadline = asyncio.get_running_loop().time() + timeout
+            while _alive(replica.pid) and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
+            if _alive(replica.pid):
+                _kill(replica.pid)
         replica.ready = False
 
     async def _stop_all(self, tenant: Tenant) -> None:
@@ -296,9 +307,33 @@ class TenantSupervisor:
         directory = self.directory(namespace, name)
         await asyncio.to_thread(shutil.rmtree, directory, True)
 
+    def begin_shutdown(self) -> None:
+        self.closing = True
+
     async def close(self) -> None:
-        for tenant in list(self.tenants.values()):
-            await self._stop_all(tenant)
+        """Stop every replica at once, saying which ones it waits for."""
+        self.begin_shutdown()
+        running = [
+            f"{tenant.spec.name}-{index}"
+            for tenant in self.tenants.values()
+            for index, replica in sorted(tenant.replicas.items())
+            if replica.pid is not None and _alive(replica.pid)
+        ]
+        if running:
+            log.info("stopping: waiting for tenant replicas", replicas=", ".join(sorted(running)))
+        await asyncio.gather(*(self._stop_all(tenant) for tenant in list(self.tenants.values())))
+
+    def kill_all(self) -> None:
+        """SIGKILL every replica this platform runs or adopted (a second Ctrl-C: nothing is waited for)."""
+        for tenant in self.tenants.values():
+            for replica in tenant.replicas.values():
+                process = replica.process
+                if process is not None:
+                    if process.returncode is None:  # not reaped yet, so the pid is still this child's
+                        with contextlib.suppress(ProcessLookupError):
+                            process.kill()
+                elif replica.pid is not None and _is_replica(replica.pid, tenant.directory):
+                    _kill(replica.pid)
 
 
 def _alive(pid: int) -> bool:
@@ -326,6 +361,20 @@ def _running_replica(pid_file: Path, directory: Path) -> int | None:
     return None
 
 
+def _is_replica(pid: int, directory: Path) -> bool:
+    """Whether ``pid`` is still a replica of this tenant (an adopted pid may have exited and been reused)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"tenant" in cmdline and str(directory).encode() in cmdline
+
+
 def _terminate(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)

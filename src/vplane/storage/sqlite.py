@@ -11,12 +11,22 @@ that arrive while a commit is being made durable share the next ``fsync``. ``syn
 mode means a write is acknowledged only after its commit is on disk. Compare-and-swap checks use an
 in-memory index of key -> (mod_revision, create_revision) owned by the writer thread, so a write costs
 one ``INSERT``. Reads of history run on a separate connection in a worker thread.
+
+The database file is created with mode 0600 in a 0700 directory (SQLite gives its WAL and shared-memory
+files the database file's mode): it holds every credential of the server.
+
+A commit that fails is fatal to the store: the writer's index may no longer match the file (another
+process wrote it: ``UNIQUE constraint failed: log.rev``; the disk failed), so answering further writes
+from it could lose or fork data. The store logs the failure, fails the writes queued behind it and every
+later one, and :meth:`SQLiteStore.wait_failed` returns, so the process stops (``vplane`` server commands
+exit non-zero) and a restart reloads the index from the file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import sqlite3
 import threading
@@ -25,6 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import structlog
 
 from vplane.storage.interface import (
     CompactedError,
@@ -64,6 +76,8 @@ SELECT l.rev, l.key, l.create_rev, l.deleted, l.value, p.rev, p.create_rev, p.va
 FROM log AS l LEFT JOIN log AS p ON p.rev = l.prev_rev
 WHERE l.rev > ? ORDER BY l.rev
 """
+
+log = structlog.get_logger("vplane.storage.sqlite")
 
 COMPACT_BATCH = 1000
 """Revisions compacted per writer-thread step, so a large compaction never stalls writes for long."""
@@ -126,6 +140,9 @@ class SQLiteStore:
         self._reader: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
         self._closed = False
+        self._failure: StorageError | None = None
+        """Set by the writer thread when a commit failed; from then on every write fails."""
+        self._failed: asyncio.Event | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -133,7 +150,8 @@ class SQLiteStore:
         if self._thread is not None:
             return
         self._loop = asyncio.get_running_loop()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._failed = asyncio.Event()
+        await asyncio.to_thread(self._create_private)
         ready: asyncio.Future[None] = self._loop.create_future()
         self._thread = threading.Thread(target=self._writer_main, args=(ready,), name="vplane-sqlite-writer")
         self._thread.daemon = True
@@ -150,6 +168,24 @@ class SQLiteStore:
             await asyncio.to_thread(self._thread.join)
         if self._reader is not None:
             self._reader.close()
+
+    def _create_private(self) -> None:
+        """Create the directory 0700 and the database file 0600 before SQLite opens it, so it is never
+        readable by others (SQLite creates the WAL and shm files with the database file's mode)."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+
+    @property
+    def failure(self) -> StorageError | None:
+        """Why the writer stopped, once a commit failed."""
+        return self._failure
+
+    async def wait_failed(self) -> StorageError:
+        """Return when a commit has failed and the store refuses writes (a process stops on it)."""
+        assert self._failed is not None, "store not started"
+        await self._failed.wait()
+        assert self._failure is not None
+        return self._failure
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -242,6 +278,8 @@ class SQLiteStore:
     def _submit(
         self, kind: Literal["create", "update", "delete", "compact"], key: str, value: bytes, expected: int
     ) -> asyncio.Future[Any]:
+        if self._failure is not None:
+            raise StorageError(f"store refuses writes after a failed commit ({self._failure})")
         if self._closed or self._loop is None:
             raise StoreClosedError("store is closed")
         future: asyncio.Future[Any] = self._loop.create_future()
@@ -272,8 +310,7 @@ class SQLiteStore:
                 if op is None:
                     break
                 batch, stop = self._gather(op)
-                self._commit_batch(conn, batch)
-                if stop:
+                if not self._commit_batch(conn, batch) or stop:
                     break
         finally:
             conn.close()
@@ -357,9 +394,11 @@ class SQLiteStore:
             except queue.Empty:
                 return
             if op is not None:
-                loop.call_soon_threadsafe(_fail, op.future, StoreClosedError("store is closed"))
+                error = self._failure or StoreClosedError("store is closed")
+                loop.call_soon_threadsafe(_fail, op.future, error)
 
-    def _commit_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
+    def _commit_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> bool:
+        """Commit one batch and answer its writers; False when the commit failed (the writer stops)."""
         loop = self._loop
         assert loop is not None
         events: list[Event] = []
@@ -403,11 +442,13 @@ class SQLiteStore:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             error = StorageError(f"commit failed: {exc}")
+            self._failure = error
             failed: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = [
                 (op.future, None, error) for op in batch
             ]
             loop.call_soon_threadsafe(self._deliver, foreign, failed)
-            return
+            loop.call_soon_threadsafe(self._report_failure, error)
+            return False
         for key, entry in staged.items():
             if entry is None:
                 self._index.pop(key, None)
@@ -417,6 +458,13 @@ class SQLiteStore:
         self._compacted = compacted
         self.commits += 1  # before the answers go out, so a caller that got one sees the count
         loop.call_soon_threadsafe(self._deliver, events, results)
+        return True
+
+    def _report_failure(self, error: StorageError) -> None:
+        """Runs on the loop: say it loudly once, and wake whoever stops the process."""
+        log.error("store writer failed; refusing every further write", path=str(self.path), error=str(error))
+        if self._failed is not None:
+            self._failed.set()
 
     @staticmethod
     def _apply(op: _Op, current: KeyValue | None, revision: int) -> tuple[KeyValue, Event]:

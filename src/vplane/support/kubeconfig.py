@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from vplane.support.files import write_private
+
 
 def kubeconfig_doc(entries: list[tuple[str, str, bytes, str]], current: str) -> dict[str, Any]:
     """A kubeconfig with one context per (name, server, CA, token)."""
@@ -34,11 +36,18 @@ def kubeconfig_doc(entries: list[tuple[str, str, bytes, str]], current: str) -> 
 
 
 def write_kubeconfig(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    """It holds bearer tokens: mode 0600 from creation, replaced atomically."""
+    write_private(path, yaml.safe_dump(doc, sort_keys=False))
+
+
+def current_context(path: Path) -> str | None:
+    """The current context of a kubeconfig file, if it exists and names one."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    name = doc.get("current-context") if isinstance(doc, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
 def default_kubeconfig() -> Path:
