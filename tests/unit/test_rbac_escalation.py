@@ -403,6 +403,7 @@ def test_rules_with_errors_reports_missing_roles_in_name_order() -> None:
     index = _index(
         _binding("ClusterRoleBinding", "z", "ClusterRole", "gone-z", "u"),
         _binding("ClusterRoleBinding", "a", "ClusterRole", "gone-a", "u"),
+        _binding("ClusterRoleBinding", "m", "Thing", "x", "u"),
         _binding("RoleBinding", "r", "Role", "gone-r", "u", "ns"),
         _binding("RoleBinding", "o", "Role", "gone-o", "u", "other"),
     )
@@ -411,6 +412,7 @@ def test_rules_with_errors_reports_missing_roles_in_name_order() -> None:
     )
     assert problems == [
         'clusterroles.rbac.authorization.k8s.io "gone-a" not found',
+        'unsupported role reference kind: "Thing"',
         'clusterroles.rbac.authorization.k8s.io "gone-z" not found',
         'roles.rbac.authorization.k8s.io "gone-r" not found',
     ]

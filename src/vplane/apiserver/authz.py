@@ -14,6 +14,7 @@ from vplane.apiserver.context import UserInfo
 from vplane.kube import errors
 from vplane.kube.labels import from_label_selector
 from vplane.kube.objects import Obj
+from vplane.kube.validation import go_quote
 
 SUPERUSER_GROUP = "system:masters"
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -163,7 +164,7 @@ class RBACAuthorizer:
                 raise errors.not_found("roles", name, RBAC_GROUP)
             return list(role.get("rules") or [])
         # Unreachable through the API: validation refuses other kinds before admission runs.
-        raise errors.internal_error(f'unsupported role reference kind: "{kind}"')
+        raise errors.internal_error(f"unsupported role reference kind: {go_quote(str(kind or ''))}")
 
     def rules_with_errors(self, user: UserInfo, namespace: str) -> tuple[list[Obj], list[str]]:
         """:meth:`rules_for` with what upstream's rule resolver reports besides the rules: the bindings of
@@ -173,6 +174,10 @@ class RBACAuthorizer:
         problems: list[str] = []
 
         def visit(ref: Obj, ns: str) -> None:
+            kind = ref.get("kind")
+            if kind not in ("ClusterRole", "Role"):
+                problems.append(f"unsupported role reference kind: {go_quote(str(kind or ''))}")
+                return
             try:
                 rules.extend(self.role_ref_rules(ref, ns))
             except errors.StatusError as exc:
