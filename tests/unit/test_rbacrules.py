@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vplane.apiserver import builtin, policy
@@ -125,6 +125,7 @@ def rule(**fields: list[str]) -> PolicyRule:
         (rule(urls=["/logs/*"], verbs=["get"]), rule(urls=["/logs/kube.log"], verbs=["get"]), True),
         (rule(urls=["/logs/*"], verbs=["get"]), rule(urls=["/logs"], verbs=["get"]), False),
         (rule(urls=["/logs**"], verbs=["get"]), rule(urls=["/logs*x"], verbs=["get"]), True),
+        (rule(urls=["/logs**"], verbs=["get"]), rule(urls=["/logsx"], verbs=["get"]), True),
         (rule(urls=["/healthz"], verbs=["get"]), rule(urls=["/healthz/etcd"], verbs=["get"]), False),
         (rule(urls=["/logs/*"], verbs=["get"]), rule(urls=["/logs/*"], verbs=["get"]), True),
         (rule(urls=["/logs/a"], verbs=["get"]), rule(urls=["/logs/*"], verbs=["get"]), False),
@@ -175,7 +176,9 @@ _RESOURCES = st.sampled_from(
 )
 _VERBS = st.sampled_from(["get", "list", "create", "bind", "escalate", "*"])
 _NAMES = st.sampled_from(["a", "b", "cluster-admin"])
-_URLS = st.sampled_from(["*", "/api", "/api/*", "/api/v1", "/apis*", "/apis/x", "/logs**", "/logs*x", "/"])
+_URLS = st.sampled_from(
+    ["*", "/api", "/api/*", "/api/v1", "/apis*", "/apis/x", "/logs**", "/logs*x", "/logsx", "/"]
+)
 
 
 def _lists(elements: st.SearchStrategy[str], max_size: int = 3) -> st.SearchStrategy[tuple[str, ...]]:
@@ -218,6 +221,11 @@ def _attrs_of(piece: PolicyRule) -> Attributes:
 
 @settings(max_examples=400)
 @given(owner=policy_rules, wanted=policy_rules)
+@example(owner=rule(urls=["/logs**"], verbs=["get"]), wanted=rule(urls=["/logsx"], verbs=["get"]))
+@example(
+    owner=rule(groups=[""], resources=["*/log"], verbs=["*"]),
+    wanted=rule(groups=[""], resources=["pods/log"], verbs=["get"]),
+)
 def test_a_piece_is_covered_exactly_when_the_authorizer_would_allow_it(
     owner: PolicyRule, wanted: PolicyRule
 ) -> None:
