@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vplane.apiserver.context import UserInfo
+from vplane.kube import errors
 from vplane.kube.labels import from_label_selector
 from vplane.kube.objects import Obj
+from vplane.kube.validation import go_quote
 
 SUPERUSER_GROUP = "system:masters"
+RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +93,12 @@ def rule_allows(rule: Obj, attrs: Attributes) -> bool:
         return False
     if not attrs.resource_request:
         for url in rule.get("nonResourceURLs") or []:
-            if url == "*" or url == attrs.path or (url.endswith("*") and attrs.path.startswith(url[:-1])):
+            # upstream trims every trailing "*" (NonResourceURLMatches), as the escalation check does
+            if (
+                url == "*"
+                or url == attrs.path
+                or (url.endswith("*") and attrs.path.startswith(url.rstrip("*")))
+            ):
                 return True
         return False
     if not _match(rule.get("apiGroups"), attrs.group):
@@ -112,17 +120,25 @@ class RBACAuthorizer:
         self.index = index
 
     def cluster_role_rules(self, name: str) -> list[Obj]:
+        """The ClusterRole's rules plus, through its ``aggregationRule``, those of every ClusterRole its
+        selectors match, transitively: upstream's aggregation controller writes aggregated rules into the
+        role, so ``admin`` picks up ``edit``'s aggregated rules, and ``edit`` those of ``view``."""
         role = self.index.cluster_roles.get(name)
         if role is None:
             return []
-        rules = list(role.get("rules") or [])
+        rules: list[Obj] = []
+        self._aggregate(role, rules, {name})
+        return rules
+
+    def _aggregate(self, role: Obj, rules: list[Obj], seen: set[str]) -> None:
+        rules.extend(role.get("rules") or [])
         aggregation = role.get("aggregationRule") or {}
         for selector in aggregation.get("clusterRoleSelectors") or []:
             sel = from_label_selector(selector)
             for other_name, other in self.index.cluster_roles.items():
-                if other_name != name and sel.matches((other.get("metadata") or {}).get("labels") or {}):
-                    rules.extend(other.get("rules") or [])
-        return rules
+                if other_name not in seen and sel.matches((other.get("metadata") or {}).get("labels") or {}):
+                    seen.add(other_name)
+                    self._aggregate(other, rules, seen)
 
     def _role_rules(self, ref: Obj, namespace: str) -> list[Obj]:
         kind = ref.get("kind")
@@ -132,6 +148,51 @@ class RBACAuthorizer:
             role = self.index.roles.get((namespace, str(ref.get("name", ""))))
             return list((role or {}).get("rules") or [])
         return []
+
+    def role_ref_rules(self, ref: Obj, namespace: str) -> list[Obj]:
+        """The rules a binding's ``roleRef`` grants in ``namespace``; 404 when the role does not exist, as
+        upstream's ``GetRoleReferenceRules`` (its roles come from the registry, hence the plural resource)."""
+        kind = ref.get("kind")
+        name = str(ref.get("name", ""))
+        if kind == "ClusterRole":
+            if name not in self.index.cluster_roles:
+                raise errors.not_found("clusterroles", name, RBAC_GROUP)
+            return self.cluster_role_rules(name)
+        if kind == "Role":
+            role = self.index.roles.get((namespace, name))
+            if role is None:
+                raise errors.not_found("roles", name, RBAC_GROUP)
+            return list(role.get("rules") or [])
+        # Unreachable through the API: validation refuses other kinds before admission runs.
+        raise errors.internal_error(f"unsupported role reference kind: {go_quote(str(kind or ''))}")
+
+    def rules_with_errors(self, user: UserInfo, namespace: str) -> tuple[list[Obj], list[str]]:
+        """:meth:`rules_for` with what upstream's rule resolver reports besides the rules: the bindings of
+        ``user`` whose role is missing, in the registry's (name) order. Only escalation checks need this,
+        so :meth:`rules_for` on the request path stays as it is."""
+        rules: list[Obj] = []
+        problems: list[str] = []
+
+        def visit(ref: Obj, ns: str) -> None:
+            kind = ref.get("kind")
+            if kind not in ("ClusterRole", "Role"):
+                problems.append(f"unsupported role reference kind: {go_quote(str(kind or ''))}")
+                return
+            try:
+                rules.extend(self.role_ref_rules(ref, ns))
+            except errors.StatusError as exc:
+                problems.append(exc.message)
+
+        for _name, binding in sorted(self.index.cluster_role_bindings.items()):
+            if any(_subject_matches(s, user, "") for s in binding.get("subjects") or []):
+                visit(binding.get("roleRef") or {}, "")
+        if namespace:
+            for (ns, _name), binding in sorted(self.index.role_bindings.items()):
+                if ns == namespace and any(
+                    _subject_matches(s, user, ns) for s in binding.get("subjects") or []
+                ):
+                    visit(binding.get("roleRef") or {}, ns)
+        return rules, problems
 
     def rules_for(self, user: UserInfo, namespace: str) -> list[Obj]:
         """Every rule that applies to ``user`` in ``namespace`` (cluster-wide rules included)."""

@@ -26,6 +26,7 @@ from vplane.apiserver.authz import Attributes, RBACAuthorizer, RBACIndex, forbid
 from vplane.apiserver.context import SYSTEM, RequestContext, UserInfo
 from vplane.apiserver.controllers import CRDController, GarbageCollector, NamespaceController
 from vplane.apiserver.delegation import Delegate, Kubeconfig
+from vplane.apiserver.escalation import EscalationPrevention
 from vplane.apiserver.handlers import ResourceHandlers, json_response
 from vplane.apiserver.objects import ObjectStore
 from vplane.apiserver.openapi import OpenAPI
@@ -107,6 +108,7 @@ class APIServer:
         if self.delegate is not None:
             self.token_authenticators.append(self.delegate)
         self.admission.add(NamespaceLifecycle(self.namespaces))
+        self.admission.add(EscalationPrevention(self.authorizer, self.authorize))
         self.admission.add(ValidatingAdmissionPolicyPlugin(self))
         self._runner: web.ServerRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []

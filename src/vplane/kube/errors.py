@@ -93,6 +93,44 @@ def forbidden(resource: str, group: str, name: str, reason: str) -> StatusError:
     return StatusError(403, "Forbidden", message, details=_details(name, resource, group))
 
 
+def rbac_escalation(
+    resource: str,
+    name: str,
+    user: str,
+    groups: Sequence[str],
+    missing: Sequence[str],
+    resolution_errors: Sequence[str] = (),
+) -> StatusError:
+    """403 for a role or binding that grants rules its author does not hold (upstream
+    ``rbac/validation.ConfirmNoEscalation``): ``missing`` are the rules in ``CompactString`` form, one a line;
+    ``resolution_errors`` the author's own bindings that could not be resolved (a role that is gone)."""
+    from vplane.kube.validation import go_quote  # validation imports this module
+
+    quoted_groups = "[" + " ".join(go_quote(g) for g in groups) + "]"
+    reason = (
+        f"user {go_quote(user)} (groups={quoted_groups}) is attempting to grant RBAC permissions not currently "
+        "held:\n" + "\n".join(missing)
+    )
+    if resolution_errors:
+        # Go prints the []error holding one utilerrors.Aggregate: "[" + aggregate + "]", and an aggregate of
+        # several distinct messages is itself "[a, b]".
+        distinct = list(dict.fromkeys(resolution_errors))
+        aggregate = distinct[0] if len(distinct) == 1 else "[" + ", ".join(distinct) + "]"
+        reason += f"; resolution errors: [{aggregate}]"
+    return forbidden(resource, "rbac.authorization.k8s.io", name, reason)
+
+
+def rbac_aggregation_rule(name: str) -> StatusError:
+    """403 for setting or changing a ClusterRole's ``aggregationRule`` without cluster-admin's rules
+    (upstream ``clusterrole/policybased``)."""
+    return forbidden(
+        "clusterroles",
+        "rbac.authorization.k8s.io",
+        name,
+        "must have cluster-admin privileges to use the aggregationRule",
+    )
+
+
 def not_found(resource: str, name: str, group: str = "") -> StatusError:
     qualified = qualified_resource(resource, group)
     return StatusError(
