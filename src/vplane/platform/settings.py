@@ -35,3 +35,9 @@ class PlatformSettings(BaseModel):
     """Overrides for every tenant replica's MeshSettings (dial timeout, reconnect backoff, ...)."""
     tenant_apiserver: dict[str, object] = Field(default_factory=dict)
     """Overrides passed to every tenant replica's API server (``--set`` on ``vplane tenant start``)."""
+
+    # -- issue 7 (keys): tenants' token-review cache bounds, passed to every tenant replica ---------------
+    token_review_cache_max_entries: int = Field(default=10_000, ge=1)
+    """Tenants keep the platform's accepted and refused answers for at most this many tokens each."""
+    token_max_bytes: int = Field(default=4096, ge=1)
+    """Tenants refuse longer bearer tokens with 401 before asking the platform."""

@@ -255,6 +255,10 @@ class TenantSupervisor:
             str(ready_file),
             "--set",
             f"token_review_ttl_seconds={self.settings.token_review_ttl_seconds}",
+            "--set",
+            f"token_review_cache_max_entries={self.settings.token_review_cache_max_entries}",
+            "--set",
+            f"token_max_bytes={self.settings.token_max_bytes}",
         ]
         for name, value in self.settings.tenant_apiserver.items():
             cmd += ["--apiserver-set", f"{name}={value}"]
