@@ -17,7 +17,9 @@ def cert(issuer: object, cn: str, groups: tuple[str, ...] = ()) -> dict[str, obj
 
 def user(peercert: dict[str, object], headers: dict[str, str] | None = None) -> authn.UserInfo | None:
     hdrs = headers or {}
-    return authn.certificate_user(peercert, CLUSTER_CA, PROXY, hdrs, lambda: {k: [v] for k, v in hdrs.items()})
+    return authn.certificate_user(
+        peercert, CLUSTER_CA, PROXY, hdrs, lambda: {k: [v] for k, v in hdrs.items()}
+    )
 
 
 def test_cluster_ca_certificates_authenticate_their_subject() -> None:

@@ -31,7 +31,10 @@ def test_longer_requests_are_shortened_to_the_cap_with_upstreams_warning() -> No
         (0, "Invalid value: 0: may not specify a duration less than 10 minutes"),
         (599, "Invalid value: 599: may not specify a duration less than 10 minutes"),
         (-1, "Invalid value: -1: may not specify a duration less than 10 minutes"),
-        ((1 << 32) + 1, f"Invalid value: {(1 << 32) + 1}: may not specify a duration larger than 2^32 seconds"),
+        (
+            (1 << 32) + 1,
+            f"Invalid value: {(1 << 32) + 1}: may not specify a duration larger than 2^32 seconds",
+        ),
     ],
 )
 def test_out_of_range_values_are_422_with_upstreams_message(value: int, detail: str) -> None:
@@ -45,7 +48,14 @@ def test_out_of_range_values_are_422_with_upstreams_message(value: int, detail: 
 
 @pytest.mark.parametrize(
     ("value", "what"),
-    [("3600", "string"), (1.5, "number 1.5"), (True, "bool"), ([1], "array"), ({}, "object"), (1 << 64, f"number {1 << 64}")],
+    [
+        ("3600", "string"),
+        (1.5, "number 1.5"),
+        (True, "bool"),
+        ([1], "array"),
+        ({}, "object"),
+        (1 << 64, f"number {1 << 64}"),
+    ],
 )
 def test_values_that_are_not_int64_are_400_decoding_errors(value: object, what: str) -> None:
     with pytest.raises(StatusError) as err:

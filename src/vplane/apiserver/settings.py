@@ -59,5 +59,7 @@ class APIServerSettings(BaseModel):
     @classmethod
     def _max_expiration_in_range(cls, value: int) -> int:
         if value != 0 and not 3600 <= value <= 1 << 32:
-            raise ValueError("the service-account-max-token-expiration must be between 1 hour and 2^32 seconds")
+            raise ValueError(
+                "the service-account-max-token-expiration must be between 1 hour and 2^32 seconds"
+            )
         return value

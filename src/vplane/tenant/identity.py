@@ -33,7 +33,6 @@ from vplane.kube.accesskeys import AUTH_FAILED
 log = structlog.get_logger("vplane.tenant.identity")
 
 
-
 @dataclass
 class _Entry:
     user: UserInfo | None

@@ -40,9 +40,7 @@ def test_key_names_are_valid_and_give_back_what_they_name(namespace: str, name: 
 
 
 @given(st.tuples(LABEL, SUBDOMAIN, UID), st.tuples(LABEL, SUBDOMAIN, UID))
-def test_different_instances_never_share_a_key_name(
-    a: tuple[str, str, str], b: tuple[str, str, str]
-) -> None:
+def test_different_instances_never_share_a_key_name(a: tuple[str, str, str], b: tuple[str, str, str]) -> None:
     if a != b:
         assert accesskeys.vci_key_name(*a) != accesskeys.vci_key_name(*b)
 
