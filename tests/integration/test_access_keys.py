@@ -193,6 +193,27 @@ def test_colliding_tenant_names_get_their_own_keys_and_stay_up(keys: Keys) -> No
     assert (keys.access_key("y-z", "x"), keys.access_key("z", "x-y")) == first
 
 
+def test_a_key_of_another_subject_under_a_wanted_name_is_never_replaced(keys: Keys) -> None:
+    """The cluster `edge` wants key `cluster-edge`; one held by another subject is refused (409), not
+    deleted and re-minted under the holder's nose."""
+    k = keys.k
+    k.apply("""apiVersion: management.loft.sh/v1
+kind: AccessKey
+metadata: {name: cluster-edge}
+spec: {type: Agent, subject: "loft:cluster:elsewhere", key: elsewhere-key-0001, scope: {roles: [{role: agent}]}}
+---
+apiVersion: management.loft.sh/v1
+kind: Cluster
+metadata: {name: edge}
+spec: {networkPeer: true}
+""")
+    result = k.fails("get", "--raw", "/apis/management.loft.sh/v1/clusters/edge/accesskey")
+    assert "the access key belongs to another subject" in result.stderr
+    assert (
+        k.run("get", "accesskey", "cluster-edge", "-o", "jsonpath={.spec.key}").stdout == "elsewhere-key-0001"
+    )
+
+
 def test_tenant_path_answers_401_alike_for_known_and_unknown_tenants(keys: Keys) -> None:
     """Without credentials or with a bad one, an existing tenant and a missing one get the same 401."""
     url = keys.proc.url + "/kubernetes/project/{}/virtualcluster/{}/api/v1/namespaces"
@@ -285,6 +306,32 @@ def test_the_token_review_cache_stays_bounded_under_random_tokens(keys: Keys) ->
     eventually(lambda: "token review cache full" in log.read_text(), timeout=10)
     line = next(ln for ln in log.read_text().splitlines() if "token review cache full" in ln)
     assert f"capacity={CACHE_ENTRIES}" in line and f"refused={CACHE_ENTRIES}" in line, line
+
+
+def test_a_restarted_platform_does_not_adopt_a_replica_running_with_another_key(
+    tmp_path: Path, kubectl_path: str
+) -> None:
+    """Replicas outlive a killed platform; one started with a key that is no longer the tenant's (revoked
+    meanwhile) is restarted with the current key instead of being adopted."""
+    proc = PlatformProcess(tmp_path / "platform", SETTINGS)
+    proc.start()
+    k = Kubectl(kubectl_path, proc.kubeconfig, tmp_path / "cache")
+    try:
+        k.apply("apiVersion: management.loft.sh/v1\nkind: Project\nmetadata: {name: solo}\n")
+        eventually(lambda: k.run("get", "ns", "p-solo", check=False).code == 0)
+        k.apply(vci_manifest("solo", "solo"))
+        wait_ready(k, "solo", "solo")
+        directory = proc.tenant_dir("solo", "solo")
+        pid = int((directory / "replica-0.pid").read_text())
+        proc.kill()
+        (directory / "access-key").write_text("a-revoked-key")  # what the running replica started with
+        proc.start()
+        eventually(lambda: int((directory / "replica-0.pid").read_text()) != pid)
+        wait_ready(k, "solo", "solo")
+        assert (directory / "access-key").read_text() == Keys(proc, k).access_key("solo", "solo")
+    finally:
+        proc.stop()
+        proc.kill_tenants()
 
 
 # -- service-account tokens and front-proxy certificates, on a plain API server ----------------------------

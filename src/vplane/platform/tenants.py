@@ -106,6 +106,7 @@ class TenantSupervisor:
                 await self._stop_all(tenant)
             tenant = Tenant(spec, self.directory(spec.namespace, spec.name))
             tenant.directory.mkdir(parents=True, exist_ok=True)
+            _forget_replicas_of_another_key(tenant.directory, spec.access_key)
             (tenant.directory / "access-key").write_text(spec.access_key)
             (tenant.directory / "access-key").chmod(0o600)
             self._mesh_material(tenant.directory)
@@ -328,6 +329,20 @@ def _running_replica(pid_file: Path, directory: Path) -> int | None:
     if b"tenant" in cmdline and str(directory).encode() in cmdline and _alive(pid):
         return pid
     return None
+
+
+def _forget_replicas_of_another_key(directory: Path, access_key: str) -> None:
+    """Replicas left running by an earlier platform process read their key when they started; if the
+    tenant's key changed since (revoked and minted anew), they must not be adopted: without their ready
+    files the supervisor stops and restarts them with the current key."""
+    key_file = directory / "access-key"
+    try:
+        if key_file.read_text() == access_key:
+            return
+    except OSError:
+        return
+    for ready in directory.glob("replica-*.ready"):
+        ready.unlink(missing_ok=True)
 
 
 def _terminate(pid: int) -> None:
