@@ -12,7 +12,8 @@ CAP = 48 * 3600
 
 
 def test_default_and_in_range_values_pass_unchanged() -> None:
-    assert satokens.expiration(None, CAP) == (3600, None)
+    assert satokens.requested_seconds(None) == 3600
+    assert satokens.requested_seconds(1200) == 1200
     assert satokens.expiration(600, CAP) == (600, None)
     assert satokens.expiration(CAP, CAP) == (CAP, None)
 
@@ -59,7 +60,7 @@ def test_out_of_range_values_are_422_with_upstreams_message(value: int, detail: 
 )
 def test_values_that_are_not_int64_are_400_decoding_errors(value: object, what: str) -> None:
     with pytest.raises(StatusError) as err:
-        satokens.expiration(value, CAP)
+        satokens.requested_seconds(value)
     assert err.value.code == 400
     assert err.value.message == (
         'TokenRequest in version "v1" cannot be handled as a TokenRequest: json: cannot unmarshal '

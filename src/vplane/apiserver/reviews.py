@@ -206,8 +206,9 @@ class Reviews:
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             spec = obj["spec"] = {}
+        requested = satokens.requested_seconds(spec.get("expirationSeconds"))
         seconds, shortened = satokens.expiration(
-            spec.get("expirationSeconds"), self.server.settings.service_account_max_token_expiration_seconds
+            requested, self.server.settings.service_account_max_token_expiration_seconds
         )
         if shortened:
             ctx.warn(shortened)

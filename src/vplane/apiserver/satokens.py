@@ -28,18 +28,22 @@ MAX_SECONDS = 1 << 32
 _INT64 = 1 << 63
 
 
-def expiration(raw: object, max_seconds: int) -> tuple[int, str | None]:
-    """``(seconds, warning)`` for a requested ``spec.expirationSeconds``; raises the upstream 400 or 422.
-
-    ``max_seconds`` 0 means no cap. The warning is upstream's text when the request was shortened."""
+def requested_seconds(raw: object) -> int:
+    """The requested ``spec.expirationSeconds`` as decoding reads it: absent or null is the default, and
+    anything but a 64-bit integer is upstream's 400 decoding error (checked before the body's other fields
+    are, so its wording is Go's for this field)."""
     if raw is None:
-        seconds = DEFAULT_SECONDS
-    elif isinstance(raw, bool) or not isinstance(raw, int) or not -_INT64 <= raw < _INT64:
+        return DEFAULT_SECONDS
+    if isinstance(raw, bool) or not isinstance(raw, int) or not -_INT64 <= raw < _INT64:
         raise errors.cannot_unmarshal(
             "TokenRequest", "v1", "TokenRequestSpec.spec.expirationSeconds", "int64", raw
         )
-    else:
-        seconds = raw
+    return raw
+
+
+def expiration(seconds: int, max_seconds: int) -> tuple[int, str | None]:
+    """``(seconds, warning)`` for a requested lifetime: upstream's 422 outside 10 minutes to 2^32 seconds,
+    shortened to ``max_seconds`` (0: no cap) with upstream's warning text."""
     if seconds < MIN_SECONDS:
         detail = "may not specify a duration less than 10 minutes"
     elif seconds > MAX_SECONDS:
