@@ -323,7 +323,14 @@ def test_tenant_accepts_a_platform_access_key_as_its_identity(platform: Platform
     assert "error: You must be logged in to the server" in bad.fails("get", "configmaps").stderr
     raw = bad.run("get", "--raw", "/api/v1/namespaces", check=False)
     assert "error: You must be logged in to the server (auth failed)" in raw.stderr
-    key_name = "vcluster-p-default-client"
+    key_name = platform.k.run(
+        "get",
+        "accesskeys",
+        "-l",
+        "loft.sh/virtualcluster-instance=client,loft.sh/project-namespace=p-default",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ).stdout
     platform.k.run("patch", "accesskey", key_name, "--type=merge", "-p", '{"spec":{"disabled":true}}')
     try:
         eventually(lambda: as_client.run("get", "configmaps", check=False).code != 0, timeout=10)

@@ -4,13 +4,16 @@ In order: a client certificate signed by the cluster CA (CN = user, O = groups),
 checked by each token authenticator in turn (static tokens from the data directory, then any added at
 run time, such as platform access keys). A request with no credentials is anonymous, which the server
 refuses except on the health and version endpoints. A bad credential is always 401, never anonymous.
+
+The server's TLS layer also accepts certificates from the request-header (front-proxy) CA; those speak
+only for the proxy (``X-Remote-*`` headers, when their name is allowed) and never as a user themselves.
 """
 
 from __future__ import annotations
 
 import hmac
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -20,6 +23,7 @@ import orjson
 
 from vplane.apiserver.context import UserInfo
 from vplane.kube import errors
+from vplane.support import requestheader, tls
 
 AUTHENTICATED = "system:authenticated"
 
@@ -79,6 +83,35 @@ class StaticTokens:
             if hmac.compare_digest(t.token, token):
                 return UserInfo(t.user, t.uid, with_authenticated(t.groups))
         return None
+
+
+def certificate_user(
+    peercert: Mapping[str, object] | None,
+    client_ca: requestheader.Issuer,
+    proxy: requestheader.RequestHeaderConfig,
+    headers: Mapping[str, str],
+    all_values: Callable[[], Mapping[str, Sequence[str]]],
+) -> UserInfo | None:
+    """The user a verified client certificate stands for, or None when it stands for no one.
+
+    An allowed front-proxy certificate stands for the user in its ``X-Remote-*`` headers (``all_values``
+    gives every value of every header); a certificate of the cluster CA for its subject (CN = user,
+    O = groups); any other verified certificate (the request-header CA's with a name that is not allowed,
+    or an allowed one without headers) for no one, so the request falls through to its bearer token."""
+    if not peercert:
+        return None
+    if requestheader.is_proxy_certificate(peercert, proxy):
+        remote = requestheader.identity_from_headers(headers, all_values())
+        if remote is None:
+            return None
+        return UserInfo(remote.user, remote.uid, remote.groups, remote.extra)
+    if not requestheader.issued_by(peercert, client_ca):
+        return None
+    identity = tls.subject_identity(dict(peercert))
+    if identity is None:
+        return None
+    user, groups = identity
+    return UserInfo(user, "", with_authenticated(groups))
 
 
 def with_authenticated(groups: tuple[str, ...] | list[str]) -> tuple[str, ...]:

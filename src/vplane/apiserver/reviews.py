@@ -6,13 +6,12 @@ the request object with ``status`` filled in, as upstream does.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from vplane.apiserver import codec, timeutil
+from vplane.apiserver import codec, satokens, timeutil
 from vplane.apiserver.authz import Attributes
 from vplane.apiserver.context import RequestContext, UserInfo
 from vplane.apiserver.handlers import object_response, response_format
@@ -28,7 +27,6 @@ SubresourceHandler = Callable[
     [web.Request, RequestContext, ResourceType, RequestInfo], Awaitable[web.StreamResponse]
 ]
 
-SERVICE_ACCOUNT_TOKEN_SECONDS = 3600
 POD_STREAMS = ("exec", "attach", "portforward")
 
 
@@ -55,7 +53,7 @@ def pod_container(pod: Obj, container: str) -> str:
 class Reviews:
     def __init__(self, server: APIServer) -> None:
         self.server = server
-        self.service_account_tokens: dict[str, tuple[UserInfo, float]] = {}
+        self.service_account_tokens = satokens.ServiceAccountTokens()
         handlers = {
             "selfsubjectaccessreviews": self.self_subject_access_review,
             "subjectaccessreviews": self.subject_access_review,
@@ -259,7 +257,7 @@ class Reviews:
     ) -> web.StreamResponse:
         if request.method != "POST":
             raise errors.method_not_allowed()
-        self.server.objects.must_get(rtype, info.namespace, info.name)
+        _, account = self.server.objects.must_get(rtype, info.namespace, info.name)
         body = await self.server.read_body(request)
         value, duplicates = codec.decode_body(
             body,
@@ -268,30 +266,24 @@ class Reviews:
             max_bytes=self.server.settings.max_body_bytes,
         )
         obj = codec.require_object(value)
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            spec = obj["spec"] = {}
+        requested = satokens.requested_seconds(spec.get("expirationSeconds"))
         ctx.duplicate_fields = duplicates
         decode_into_schema(ctx, obj, TOKEN_REQUEST_DEFINITION, "TokenRequest", "v1")
         spec = obj.setdefault("spec", {})
-        seconds = int(spec.get("expirationSeconds") or SERVICE_ACCOUNT_TOKEN_SECONDS)
-        if seconds < 600:
-            raise errors.invalid(
-                "TokenRequest",
-                info.name,
-                [
-                    errors.field_invalid(
-                        "spec.expirationSeconds", seconds, "may not specify a duration less than 10 minutes"
-                    )
-                ],
-                "authentication.k8s.io",
-            )
-        spec["expirationSeconds"] = seconds
-        token = "vpsa-" + secrets.token_urlsafe(32)
-        user = UserInfo(
-            f"system:serviceaccount:{info.namespace}:{info.name}",
-            "",
-            ("system:serviceaccounts", f"system:serviceaccounts:{info.namespace}", "system:authenticated"),
+        seconds, shortened = satokens.expiration(
+            requested, self.server.settings.service_account_max_token_expiration_seconds
         )
-        expires = self.server.clock() + seconds
-        self.service_account_tokens[token] = (user, expires)
+        if shortened:
+            ctx.warn(shortened)
+        spec["expirationSeconds"] = seconds
+        now = self.server.clock()
+        expires = now + seconds
+        token, _ = self.service_account_tokens.issue(
+            info.namespace, info.name, str(account["metadata"].get("uid", "")), expires, now
+        )
         obj["status"] = {"token": token, "expirationTimestamp": timeutil.rfc3339(expires)}
         obj.setdefault("metadata", {}).update({"name": info.name, "namespace": info.namespace})
         return object_response(
@@ -299,14 +291,12 @@ class Reviews:
         )
 
     async def authenticate_token(self, token: str) -> UserInfo | None:
-        found = self.service_account_tokens.get(token)
-        if found is None:
-            return None
-        user, expires = found
-        if self.server.clock() >= expires:
-            self.service_account_tokens.pop(token, None)
-            return None
-        return user
+        return self.service_account_tokens.lookup(token, self.server.clock(), self._live_account)
+
+    def _live_account(self, namespace: str, name: str) -> str | None:
+        rtype = self.server.registry.get("", "v1", "serviceaccounts")
+        account = self.server.objects.get(rtype, namespace, name) if rtype is not None else None
+        return str(account["metadata"].get("uid", "")) if account is not None else None
 
 
 def decode_into_schema(ctx: RequestContext, obj: Obj, definition: str, kind: str, version: str) -> None:

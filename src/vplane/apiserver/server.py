@@ -116,6 +116,8 @@ class APIServer:
         self.front_proxy_ca: tls.CertPair | None = None
         self.front_proxy_client_files: tuple[Path, Path] = (Path(), Path())
         self.requestheader = requestheader.RequestHeaderConfig(())
+        self.client_ca_issuer: requestheader.Issuer = ()
+        """Only certificates this CA issued authenticate users by their subject."""
         self.requestheader_ca_pem = b""
         self.port = settings.listen_port
         self.ready = False
@@ -234,6 +236,7 @@ class APIServer:
             tls.ssl_subject(requestheader_ca), tuple(self.settings.requestheader_allowed_names)
         )
         self.requestheader_ca_pem = requestheader_ca
+        self.client_ca_issuer = tls.ssl_subject(self.ca.cert_pem)
         ctx = tls.server_context(tls.CertPair.read(srv_crt, srv_key), srv_crt, srv_key, self.ca.cert_pem)
         ctx.load_verify_locations(cadata=requestheader_ca.decode())
         return ctx
@@ -363,17 +366,16 @@ class APIServer:
     async def authenticate(self, request: web.Request) -> UserInfo | None:
         transport = request.transport
         peercert = transport.get_extra_info("peercert") if transport is not None else None
-        if requestheader.is_proxy_certificate(peercert, self.requestheader):
-            remote = requestheader.identity_from_headers(
-                request.headers, {k: request.headers.getall(k) for k in set(request.headers.keys())}
+        if peercert:
+            found = authn.certificate_user(
+                peercert,
+                self.client_ca_issuer,
+                self.requestheader,
+                request.headers,
+                lambda: {k: request.headers.getall(k) for k in set(request.headers.keys())},
             )
-            if remote is not None:
-                return UserInfo(remote.user, remote.uid, remote.groups, remote.extra)
-            peercert = None  # a proxy certificate is no identity of its own
-        identity = tls.subject_identity(peercert)
-        if identity is not None:
-            user, groups = identity
-            return UserInfo(user, "", authn.with_authenticated(groups))
+            if found is not None:
+                return found
         token = authn.bearer_token(request.headers)
         if token is None:
             return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class APIServerSettings(BaseModel):
@@ -58,3 +58,17 @@ class APIServerSettings(BaseModel):
     shutdown_grace_seconds: float = Field(default=3.0, ge=0)
     """On stop, how long requests still being handled may finish before they are cancelled (aiohttp's
     default of 60 s kept a stopping server waiting on relays whose client had gone)."""
+    # -- issue 7 (keys): service-account tokens --------------------------------------------------------
+    service_account_max_token_expiration_seconds: int = 48 * 3600
+    """Longest validity a TokenRequest token gets (kube-apiserver's ``--service-account-max-token-expiration``):
+    longer requests are shortened to it with a warning. 0 means no cap; otherwise 1 hour to 2^32 seconds, as
+    upstream checks the flag."""
+
+    @field_validator("service_account_max_token_expiration_seconds")
+    @classmethod
+    def _max_expiration_in_range(cls, value: int) -> int:
+        if value != 0 and not 3600 <= value <= 1 << 32:
+            raise ValueError(
+                "the service-account-max-token-expiration must be between 1 hour and 2^32 seconds"
+            )
+        return value

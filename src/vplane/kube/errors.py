@@ -81,6 +81,12 @@ def unauthorized(message: str = "Unauthorized") -> StatusError:
     return StatusError(401, "Unauthorized", message)
 
 
+def token_too_long(limit: int) -> StatusError:
+    """A bearer token over the length an authenticator accepts: refused before it is looked up or stored
+    (upstream has no such limit of its own beyond the header size; the wording is ours)."""
+    return StatusError(401, "Unauthorized", f"the bearer token is longer than {limit} bytes")
+
+
 def forbidden(resource: str, group: str, name: str, reason: str) -> StatusError:
     """403 in upstream's shape: ``<resource> "<name>" is forbidden: <reason>``."""
     qualified = qualified_resource(resource, group)
@@ -233,6 +239,26 @@ def query_negative(name: str, value: int) -> StatusError:
 def not_representable_in_json(detail: str) -> StatusError:
     """A YAML or protobuf body holding a value JSON has no form for (binary, sets, integers over 64 bits)."""
     return bad_request(f"the request body cannot be represented as JSON: {detail}")
+
+
+def cannot_unmarshal(kind: str, version: str, struct_field: str, go_type: str, value: Any) -> StatusError:
+    """400 for a body field of the wrong JSON type, as Go's decoder words it:
+    ``TokenRequest in version "v1" cannot be handled as a TokenRequest: json: cannot unmarshal string into
+    Go struct field TokenRequestSpec.spec.expirationSeconds of type int64``."""
+    if isinstance(value, bool):
+        what = "bool"
+    elif isinstance(value, int | float):
+        what = f"number {value}"
+    elif isinstance(value, str):
+        what = "string"
+    elif isinstance(value, list):
+        what = "array"
+    else:
+        what = "object"
+    return bad_request(
+        f'{kind} in version "{version}" cannot be handled as a {kind}: '
+        f"json: cannot unmarshal {what} into Go struct field {struct_field} of type {go_type}"
+    )
 
 
 def unsupported_media_type(content_type: str, accepted: Sequence[str]) -> StatusError:

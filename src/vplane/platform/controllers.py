@@ -3,8 +3,9 @@ kubeconfig (like any controller, per the design principle), through :mod:`vplane
 
 - Projects: each Project owns a namespace ``p-<name>``.
 - VirtualClusterInstances: each one runs as tenant control-plane processes (the supervisor), with the
-  replica count from its vcluster.yaml; status says whether it is ready; deletion stops the processes
-  and removes their data, behind a finalizer.
+  replica count from its vcluster.yaml; status says whether it is ready; deletion stops the processes,
+  removes their data and revokes the instance's access key, behind a finalizer. Each instance (each UID)
+  gets a key of its own, so a new instance of a deleted one's name never inherits its key.
 """
 
 from __future__ import annotations
@@ -79,12 +80,16 @@ class VirtualClusterController:
         client: KubeClient,
         settings: PlatformSettings,
         supervisor: TenantSupervisor,
-        access_key: Callable[[str, str], Awaitable[str]],
+        access_key: Callable[[Obj], Awaitable[Obj]],
+        revoke_keys: Callable[[str, str], Awaitable[list[str]]],
     ) -> None:
         self.client = client
         self.settings = settings
         self.supervisor = supervisor
         self.access_key = access_key
+        """The key of an instance (minted for its UID on first use)."""
+        self.revoke_keys = revoke_keys
+        """Delete every key of ``(namespace, name)``: the instance is gone."""
         self.informer = Informer(client, VCIS)
         self.controller = Controller("virtualclusterinstances", self.informer, self.reconcile, workers=2)
 
@@ -103,10 +108,12 @@ class VirtualClusterController:
         vci = self.informer.get(key)
         if vci is None:
             await self.supervisor.remove(namespace, name)
+            await self.revoke_keys(namespace, name)
             return None
         meta = vci["metadata"]
         if meta.get("deletionTimestamp"):
             await self.supervisor.remove(namespace, name)
+            await self.revoke_keys(namespace, name)
             if CLEANUP_FINALIZER in (meta.get("finalizers") or []):
                 finalizers = [f for f in meta["finalizers"] if f != CLEANUP_FINALIZER]
                 await self.client.patch(
@@ -137,9 +144,9 @@ class VirtualClusterController:
         except tenant_config.ConfigInvalid as exc:
             await self._status(vci, "Failed", "InvalidConfig", str(exc), [])
             return None
-        key_value = await self.access_key(namespace, name)
+        access_key = await self.access_key(vci)
         tenant = await self.supervisor.ensure(
-            TenantSpec(project, namespace, name, config.replicas, key_value)
+            TenantSpec(project, namespace, name, config.replicas, str(access_key["spec"]["key"]))
         )
         ready = tenant.ready_replicas
         if tenant.failed:

@@ -2,14 +2,19 @@
 answer the mesh coordinator gives a node that registers.
 
 The index maps key strings to AccessKey objects and is kept current from watch events, so checking a
-token is a dictionary lookup plus the pure :func:`vplane.kube.accesskeys.check`.
+token is a dictionary lookup plus the pure :func:`vplane.kube.accesskeys.check`. It also follows the
+VirtualClusterInstances, because a tenant cluster's key works only while the instance it was minted for
+(that UID) is alive; whoever holds revocation duties (the mesh coordinator) hears of every key that stops
+working through :attr:`AccessKeyIndex.on_revoked`.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import structlog
 from aiohttp import web
 
 from vplane.apiserver import codec, timeutil
@@ -26,8 +31,11 @@ from vplane.kube.requestinfo import RequestInfo
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
 
+log = structlog.get_logger("vplane.platform.identity")
+
 KEY_PREFIX = f"/{GROUP}/accesskeys/"
 USER_PREFIX = f"/{GROUP}/users/"
+VCI_PREFIX = f"/{GROUP}/virtualclusterinstances/"
 
 
 class AccessKeyIndex:
@@ -36,6 +44,10 @@ class AccessKeyIndex:
         self.by_key: dict[str, Obj] = {}
         self.by_name: dict[str, Obj] = {}
         self.user_groups: dict[str, list[str]] = {}
+        self.instances: dict[tuple[str, str], str] = {}
+        """``(namespace, name) -> uid`` of every live VirtualClusterInstance (deleting ones are not live)."""
+        self.on_revoked: list[Callable[[Obj], None]] = []
+        """Called with a key that stopped working: deleted, disabled, or its instance deleted."""
         server.hub.on_event.append(self.on_event)
         server.token_authenticators.append(self)
 
@@ -45,6 +57,8 @@ class AccessKeyIndex:
         for kv in self.server.cache.iter_prefix(USER_PREFIX):
             user = codec.decode_kv(kv)
             self.user_groups[user["metadata"]["name"]] = list((user.get("spec") or {}).get("groups") or [])
+        for kv in self.server.cache.iter_prefix(VCI_PREFIX):
+            self._put_instance(codec.decode_kv(kv), deleted=False)
 
     def _put(self, obj: Obj | None, name: str = "") -> None:
         old = self.by_name.pop(name or (obj or {}).get("metadata", {}).get("name", ""), None)
@@ -56,14 +70,40 @@ class AccessKeyIndex:
             if key:
                 self.by_key[key] = obj
 
+    def _put_instance(self, vci: Obj, deleted: bool) -> None:
+        meta = vci.get("metadata") or {}
+        ref = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        uid = str(meta.get("uid", ""))
+        if deleted or meta.get("deletionTimestamp"):
+            if self.instances.get(ref) == uid:
+                del self.instances[ref]
+            for key in list(self.by_name.values()):
+                if accesskeys.bound_instance(key) == (*ref, uid):
+                    self._revoked(key)
+        else:
+            self.instances[ref] = uid
+
+    def live_instance(self, namespace: str, name: str) -> str | None:
+        return self.instances.get((namespace, name))
+
+    def _revoked(self, key: Obj) -> None:
+        for callback in self.on_revoked:
+            try:
+                callback(key)
+            except Exception:
+                log.exception("revocation callback failed", key=key.get("metadata", {}).get("name"))
+
     def on_event(self, wevent: WatchEvent) -> None:
         key = wevent.event.kv.key
         if key.startswith(KEY_PREFIX):
             obj = wevent.obj()
             if wevent.event.type == "DELETE":
                 self._put(None, obj["metadata"]["name"])
+                self._revoked(obj)
             else:
                 self._put(obj)
+                if (obj.get("spec") or {}).get("disabled"):
+                    self._revoked(obj)
         elif key.startswith(USER_PREFIX):
             user = wevent.obj()
             if wevent.event.type == "DELETE":
@@ -72,6 +112,8 @@ class AccessKeyIndex:
                 self.user_groups[user["metadata"]["name"]] = list(
                     (user.get("spec") or {}).get("groups") or []
                 )
+        elif key.startswith(VCI_PREFIX):
+            self._put_instance(wevent.obj(), deleted=wevent.event.type == "DELETE")
 
     def check(self, token: str) -> Identity:
         """The identity behind ``token``; raises KeyRejected with the reason it cannot be used."""
@@ -81,7 +123,7 @@ class AccessKeyIndex:
         if obj is None:
             raise KeyRejected("invalid access key: not found")
         try:
-            accesskeys.check(obj, self.server.clock(), timeutil.parse_time)
+            accesskeys.check(obj, self.server.clock(), timeutil.parse_time, self.live_instance)
         except KeyRejected as exc:
             raise KeyRejected(f"invalid access key: {exc}") from None
         return accesskeys.identity_of(obj, lambda user: self.user_groups.get(user, []))
@@ -93,43 +135,80 @@ class AccessKeyIndex:
             return None
         return UserInfo(identity.user, identity.key_name, (*identity.groups, "system:authenticated"))
 
-    # -- subresources ----------------------------------------------------------------------------
+    # -- minting and revoking ------------------------------------------------------------------------
 
     def key_type(self) -> ResourceType:
         rtype = self.server.registry.get(GROUP, "v1", "accesskeys")
         assert rtype is not None
         return rtype
 
-    async def ensure_key(
-        self, name: str, key_type: str, subject: str, roles: tuple[str, ...], labels: dict[str, str]
-    ) -> Obj:
-        """The key named ``name``, created if missing; reused unless its scope is malformed (runbook)."""
+    async def _delete_key(self, name: str) -> None:
+        with contextlib.suppress(errors.StatusError):
+            await self.server.objects.delete(
+                self.server.system_context(), self.key_type(), "", name, DeleteOptions("Background")
+            )
+
+    async def ensure_key(self, desired: Obj, instance_uid: str = "") -> Obj:
+        """The key stored under ``desired``'s name, created from ``desired`` if missing.
+
+        A key of the same holder is reused (disabled or expired ones unchanged, as upstream) unless its scope
+        is malformed; a key of another holder under that name is never touched: the request fails with 409."""
         rtype = self.key_type()
-        current = self.server.objects.get(rtype, "", name)
-        if current is not None:
-            spec = current.get("spec") or {}
-            if spec.get("subject") == subject and set(roles) <= set(accesskeys.roles_of(current)):
-                return current  # disabled or expired keys come back unchanged, as upstream
-            with contextlib.suppress(errors.StatusError):
-                await self.server.objects.delete(
-                    self.server.system_context(), rtype, "", name, DeleteOptions("Background")
-                )
-        obj = accesskeys.key_object(name, key_type, subject=subject, roles=roles, labels=labels)
-        return await self.server.objects.create(self.server.system_context(), rtype, "", obj)
+        name = desired["metadata"]["name"]
+        spec = desired["spec"]
+        subject = str(spec.get("subject", ""))
+        roles = accesskeys.roles_of(desired)
+        for _ in range(2):
+            current = self.server.objects.get(rtype, "", name)
+            if current is not None:
+                decision = accesskeys.reuse_decision(current, subject, roles, instance_uid)
+                if decision == "reuse":
+                    return current
+                if decision == "conflict":
+                    raise errors.conflict(
+                        rtype.resource, name, GROUP, "the access key belongs to another subject"
+                    )
+                await self._delete_key(name)
+            try:
+                return await self.server.objects.create(self.server.system_context(), rtype, "", desired)
+            except errors.StatusError as exc:
+                # AlreadyExists: created concurrently (the controller and a subresource GET); decide again.
+                if exc.reason != "AlreadyExists":
+                    raise
+        raise errors.conflict(rtype.resource, name, GROUP)
+
+    async def ensure_vci_key(self, vci: Obj) -> Obj:
+        """The key of this VirtualClusterInstance (this UID); keys of earlier instances of its name go."""
+        meta = vci["metadata"]
+        namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta.get("uid", ""))
+        if meta.get("deletionTimestamp") or not uid:
+            raise errors.conflict(
+                "virtualclusterinstances", name, GROUP, "the virtual cluster instance is being deleted"
+            )
+        key = await self.ensure_key(accesskeys.vci_key_object(namespace, name, uid), uid)
+        await self.revoke_vci_keys(namespace, name)
+        return key
+
+    async def revoke_vci_keys(self, namespace: str, name: str) -> list[str]:
+        """Delete the keys of instance name ``namespace/name`` but the live instance's (all of them when
+        none is live, deleting ones included); keys of any other subject are never among them. Their mesh
+        sessions end through :attr:`on_revoked` when the deletions are observed."""
+        live = self.live_instance(namespace, name)
+        stale = accesskeys.stale_vci_keys(list(self.by_name.values()), namespace, name, live)
+        for key_name in stale:
+            await self._delete_key(key_name)
+            log.info("revoked access key", key=key_name, instance=f"{namespace}/{name}")
+        return stale
+
+    # -- subresources ----------------------------------------------------------------------------
 
     async def vci_accesskey(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
     ) -> web.StreamResponse:
         if request.method != "GET":
             raise errors.method_not_allowed()
-        self.server.objects.must_get(rtype, info.namespace, info.name)
-        key = await self.ensure_key(
-            vci_key_name(info.namespace, info.name),
-            accesskeys.TYPE_VCLUSTER,
-            accesskeys.vcluster_subject(info.namespace, info.name),
-            (accesskeys.ROLE_VCLUSTER,),
-            {"loft.sh/virtualcluster-instance": info.name, "loft.sh/project-namespace": info.namespace},
-        )
+        _, vci = self.server.objects.must_get(rtype, info.namespace, info.name)
+        key = await self.ensure_vci_key(vci)
         body = {
             "apiVersion": f"{GROUP}/v1",
             "kind": "VirtualClusterAccessKey",
@@ -145,11 +224,13 @@ class AccessKeyIndex:
             raise errors.method_not_allowed()
         self.server.objects.must_get(rtype, "", info.name)
         key = await self.ensure_key(
-            cluster_key_name(info.name),
-            accesskeys.TYPE_AGENT,
-            accesskeys.agent_subject(info.name),
-            (accesskeys.ROLE_AGENT,),
-            {"loft.sh/cluster": info.name},
+            accesskeys.key_object(
+                accesskeys.cluster_key_name(info.name),
+                accesskeys.TYPE_AGENT,
+                subject=accesskeys.agent_subject(info.name),
+                roles=(accesskeys.ROLE_AGENT,),
+                labels={"loft.sh/cluster": info.name},
+            )
         )
         assert self.server.ca is not None
         body = {
@@ -162,11 +243,3 @@ class AccessKeyIndex:
             "caCert": self.server.ca.cert_pem.decode(),
         }
         return object_response(body, response_format(request), 200, ctx)
-
-
-def vci_key_name(namespace: str, name: str) -> str:
-    return f"vcluster-{namespace}-{name}"
-
-
-def cluster_key_name(name: str) -> str:
-    return f"cluster-{name}"

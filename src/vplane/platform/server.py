@@ -17,7 +17,6 @@ from vplane.apiserver import timeutil
 from vplane.apiserver.objects import DeleteOptions
 from vplane.apiserver.server import APIServer, write_kubeconfig
 from vplane.apiserver.settings import APIServerSettings
-from vplane.apiserver.watch import WatchEvent
 from vplane.controllers.client import KubeClient, Resource
 from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import API_VERSION, GROUP, KeyRejected
@@ -27,7 +26,7 @@ from vplane.mesh.settings import MeshSettings
 from vplane.platform import kinds
 from vplane.platform.admission import PlatformAdmission
 from vplane.platform.controllers import ProjectController, VirtualClusterController
-from vplane.platform.identity import AccessKeyIndex, vci_key_name
+from vplane.platform.identity import AccessKeyIndex
 from vplane.platform.settings import PlatformSettings
 from vplane.platform.tenantproxy import PREFIX, TenantProxy
 from vplane.platform.tenants import TenantSupervisor
@@ -38,6 +37,9 @@ log = structlog.get_logger("vplane.platform")
 
 ADMIN_USER = "admin"
 ADMIN_KEY_NAME = "admin"
+ACCESS_KEY_UID_LABEL = "vplane.io/access-key-uid"
+"""Set on every mesh node by the platform: the UID of the key it registered with, so revoking a key ends
+exactly its sessions."""
 VCIS = Resource(API_VERSION, "VirtualClusterInstance", "virtualclusterinstances", True)
 
 
@@ -70,7 +72,7 @@ class Platform:
             settings=MeshSettings.model_validate(settings.mesh),
             instance_id=settings.instance_id,
         )
-        self.api.hub.on_event.append(self._on_key_event)
+        self.keys.on_revoked.append(self._disconnect_key)
         self.api.public_routes["/coordinator/session"] = self.coordinator.handle_session
         self.api.public_routes["/derp/probe"] = self.coordinator.handle_probe
         self.supervisor: TenantSupervisor | None = None
@@ -115,10 +117,13 @@ class Platform:
             supervisor.get,
             lambda ns, name: supervisor.directory(ns, name) / "pki" / "ca.crt",
             self.settings.project_namespace_prefix,
+            self.api.authenticate,
         )
         self.api.public_routes[PREFIX] = self._relay
         projects = ProjectController(self.client, self.settings)
-        vcis = VirtualClusterController(self.client, self.settings, self.supervisor, self._vci_key)
+        vcis = VirtualClusterController(
+            self.client, self.settings, self.supervisor, self.keys.ensure_vci_key, self.keys.revoke_vci_keys
+        )
         self._tasks += [
             asyncio.create_task(projects.controller.run()),
             asyncio.create_task(vcis.controller.run()),
@@ -229,28 +234,17 @@ class Platform:
                     },
                 )
 
-    async def _vci_key(self, namespace: str, name: str) -> str:
-        key = await self.keys.ensure_key(
-            vci_key_name(namespace, name),
-            accesskeys.TYPE_VCLUSTER,
-            accesskeys.vcluster_subject(namespace, name),
-            (accesskeys.ROLE_VCLUSTER,),
-            {"loft.sh/virtualcluster-instance": name, "loft.sh/project-namespace": namespace},
-        )
-        return str(key["spec"]["key"])
-
     # -- mesh ------------------------------------------------------------------------------------
 
-    def _on_key_event(self, wevent: WatchEvent) -> None:
-        """A deleted or disabled key ends the sessions it opened (an expired one ends at reconnect)."""
-        if not wevent.event.kv.key.startswith(f"/{GROUP}/accesskeys/"):
-            return
-        key = wevent.obj()
-        spec = key.get("spec") or {}
-        if wevent.event.type == "DELETE" or spec.get("disabled"):
-            holder = str(spec.get("subject") or spec.get("user") or "")
-            if holder:
-                self.coordinator.disconnect(lambda node: node.identity == holder, "access key revoked")
+    def _disconnect_key(self, key: Obj) -> None:
+        """A key that stopped working (deleted, disabled, its instance deleted) ends the sessions it opened,
+        and only those: another key of the same subject (a recreated instance's) keeps its own; an expired
+        key's sessions end at reconnect."""
+        uid = str((key.get("metadata") or {}).get("uid", ""))
+        if uid:
+            self.coordinator.disconnect(
+                lambda node: node.labels.get(ACCESS_KEY_UID_LABEL) == uid, "access key revoked"
+            )
 
     async def _authenticate_node(self, token: str) -> NodeIdentity:
         try:
@@ -263,6 +257,7 @@ class Platform:
             )
         key = self.keys.by_name.get(identity.key_name) or {}
         labels = dict((key.get("metadata") or {}).get("labels") or {})
+        labels[ACCESS_KEY_UID_LABEL] = str((key.get("metadata") or {}).get("uid", ""))
         kind = "vcluster" if identity.key_type == accesskeys.TYPE_VCLUSTER else "agent"
         return NodeIdentity(identity.user, kind, labels)
 

@@ -40,3 +40,8 @@ class PlatformSettings(BaseModel):
     tenant_stop_timeout_seconds: float = Field(default=10.0, gt=0)
     """How long stopping the platform waits for a tenant replica to exit after SIGTERM before killing it
     (a second Ctrl-C kills at once)."""
+    # -- issue 7 (keys): tenants' token-review cache bounds, passed to every tenant replica ---------------
+    token_review_cache_max_entries: int = Field(default=10_000, ge=1)
+    """Tenants keep the platform's accepted and refused answers for at most this many tokens each."""
+    token_max_bytes: int = Field(default=4096, ge=1)
+    """Tenants refuse longer bearer tokens with 401 before asking the platform."""

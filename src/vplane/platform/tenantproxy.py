@@ -4,24 +4,33 @@ This is what ``vplane connect --driver platform`` kubeconfigs point at, so a use
 address, its CA and their access key. The request is relayed as is (credentials included) to a ready
 replica of the tenant, which authenticates the access key with the platform and authorizes with its own
 RBAC; the platform adds nothing to the caller's identity.
+
+The platform authenticates the caller first (any platform credential: an access key, a token, a client
+certificate), so strangers never reach a tenant's API, and every caller it cannot authenticate gets the
+same 401 whether or not the tenant exists: the path is no oracle for which projects and tenants there are.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
+from vplane.apiserver.context import UserInfo
 from vplane.kube import errors
-from vplane.kube.accesskeys import project_namespace
+from vplane.kube.accesskeys import AUTH_FAILED, project_namespace
 from vplane.platform.tenants import Tenant
 from vplane.support.httprelay import relay_response
 from vplane.support.requestheader import HOP_BY_HOP
 
 PREFIX = "/kubernetes/project/"
+
+Authenticate = Callable[[web.Request], Awaitable[UserInfo | None]]
+"""The platform API server's authentication: the caller's identity, None without credentials, 401 for bad
+ones."""
 
 
 class TenantProxy:
@@ -30,7 +39,9 @@ class TenantProxy:
         tenants: Callable[[str, str], Tenant | None],
         ca_file: Callable[[str, str], Path],
         namespace_prefix: str,
+        authenticate: Authenticate,
     ) -> None:
+        self.authenticate = authenticate
         self.tenants = tenants
         self.ca_file = ca_file
         self.namespace_prefix = namespace_prefix
@@ -56,7 +67,20 @@ class TenantProxy:
         except errors.StatusError as exc:
             return status_response(exc)
 
+    async def _caller(self, request: web.Request) -> UserInfo:
+        """Who is asking, before anything about the tenant is looked up; one answer for every refusal."""
+        try:
+            user = await self.authenticate(request)
+        except errors.StatusError as exc:
+            if exc.code != 401:
+                raise
+            user = None
+        if user is None:
+            raise errors.unauthorized(AUTH_FAILED)
+        return user
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        await self._caller(request)
         parts = request.path[len(PREFIX) :].split("/", 3)
         if len(parts) < 3 or parts[1] != "virtualcluster":
             raise errors.not_found_path()

@@ -109,6 +109,7 @@ class TenantSupervisor:
                 await self._stop_all(tenant)
             tenant = Tenant(spec, self.directory(spec.namespace, spec.name))
             private_dir(tenant.directory)
+            _forget_replicas_of_another_key(tenant.directory, spec.access_key)
             write_private(tenant.directory / "access-key", spec.access_key)
             self._mesh_material(tenant.directory)
             self.tenants[spec.key] = tenant
@@ -264,6 +265,10 @@ class TenantSupervisor:
             str(ready_file),
             "--set",
             f"token_review_ttl_seconds={self.settings.token_review_ttl_seconds}",
+            "--set",
+            f"token_review_cache_max_entries={self.settings.token_review_cache_max_entries}",
+            "--set",
+            f"token_max_bytes={self.settings.token_max_bytes}",
         ]
         for name, value in self.settings.tenant_apiserver.items():
             cmd += ["--apiserver-set", f"{name}={value}"]
@@ -368,6 +373,20 @@ def _is_replica(pid: int, directory: Path) -> bool:
     except OSError:
         return False
     return b"tenant" in cmdline and str(directory).encode() in cmdline
+
+
+def _forget_replicas_of_another_key(directory: Path, access_key: str) -> None:
+    """Replicas left running by an earlier platform process read their key when they started; if the
+    tenant's key changed since (revoked and minted anew), they must not be adopted: without their ready
+    files the supervisor stops and restarts them with the current key."""
+    key_file = directory / "access-key"
+    try:
+        if key_file.read_text() == access_key:
+            return
+    except OSError:
+        return
+    for ready in directory.glob("replica-*.ready"):
+        ready.unlink(missing_ok=True)
 
 
 def _terminate(pid: int) -> None:

@@ -4,6 +4,10 @@ An aggregating API server forwards requests with the caller's identity in header
 proxy with a client certificate (the front-proxy certificate). The headers are trusted only when that
 certificate was issued by the request-header CA and its common name is allowed, exactly as upstream's
 ``requestheader`` authenticator does; anyone else sending the headers gets them ignored.
+
+A certificate from the request-header CA is a proxy's credential and nothing else: it never authenticates
+as a user by its own subject (only the cluster CA's certificates do, see :func:`issued_by`), whatever its
+common name, so whoever holds a front-proxy key can speak for users only as the proxy it is allowed to be.
 """
 
 from __future__ import annotations
@@ -44,11 +48,24 @@ def _common_name(rdns: object) -> str:
     return ""
 
 
+Issuer = tuple[tuple[tuple[str, str], ...], ...]
+"""A CA's subject in the shape ``ssl.getpeercert()`` reports a certificate's issuer."""
+
+
+def issued_by(peercert: Mapping[str, object] | None, issuer: Issuer) -> bool:
+    """Whether a verified peer certificate was issued by the CA with subject ``issuer``.
+
+    The TLS layer verified the chain against the CAs the server trusts (the cluster CA and the request-header
+    CA), and their subjects are distinct (each carries a random suffix), so the issuer name says which one
+    signed it."""
+    if not peercert or not issuer:
+        return False
+    return peercert.get("issuer") == issuer
+
+
 def is_proxy_certificate(peercert: Mapping[str, object] | None, config: RequestHeaderConfig) -> bool:
     """Whether a verified peer certificate is an allowed front-proxy certificate."""
-    if not peercert:
-        return False
-    if peercert.get("issuer") != config.issuer:
+    if peercert is None or not issued_by(peercert, config.issuer):
         return False
     return not config.allowed_names or _common_name(peercert.get("subject")) in config.allowed_names
 

@@ -50,6 +50,8 @@ class TenantServer:
             settings.platform_ca.read_bytes(),
             self.access_key,
             ttl=settings.token_review_ttl_seconds,
+            max_entries=settings.token_review_cache_max_entries,
+            max_token_bytes=settings.token_max_bytes,
         )
         self.api.token_authenticators.append(self.reviewer)
         self.node: NodeSession | None = None

@@ -34,6 +34,13 @@ class TenantSettings(BaseModel):
     mesh_ready_timeout_seconds: float = 10.0
     """How long start-up waits for the first netmap before serving anyway (the platform may be down)."""
 
+    # -- issue 7 (keys): the token-review cache is bounded --------------------------------------------
+    token_review_cache_max_entries: int = Field(default=10_000, ge=1)
+    """Accepted and refused platform answers are each kept for at most this many tokens (least recently
+    used go first), so random tokens cannot grow the cache."""
+    token_max_bytes: int = Field(default=4096, ge=1)
+    """Longer bearer tokens get 401 before the platform is asked (access keys are 64 characters)."""
+
     @property
     def lease_name(self) -> str:
         return f"vcluster-{self.name}-controller"
