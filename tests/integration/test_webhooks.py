@@ -101,6 +101,13 @@ class WebhookServer:
             }
         elif behaviour == "warn":
             response["warnings"] = ["think twice", "and once more"]
+        elif behaviour == "deny-with-warning":
+            response = {
+                "uid": req["uid"],
+                "allowed": False,
+                "warnings": ["read the docs"],
+                "status": {"code": 422, "reason": "Invalid", "message": "missing owner label"},
+            }
         elif behaviour == "slow":
             await asyncio.sleep(2.5)
         elif behaviour in ("patch", "patch-b"):
@@ -264,6 +271,69 @@ def test_warnings_reach_kubectl(k: Kubectl, ns: str, hooks: WebhookServer) -> No
     result = k.run("create", "configmap", "warned", "-n", ns)
     assert "Warning: think twice" in result.stderr
     assert "Warning: and once more" in result.stderr
+    # A denial keeps the warnings given with it, and the webhook's own code and reason.
+    k.apply(validating("warn", webhook("warn.example.com", by_url(hooks, "/deny-with-warning"), ns)))
+    result = k.fails(
+        "create",
+        "-f",
+        "-",
+        input=manifest({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w", "namespace": ns}}),
+    )
+    assert result.stderr.strip().splitlines() == [
+        "Warning: read the docs",
+        # kubectl's wording for an Invalid status without details, as against any server.
+        'The request is invalid: error when creating "STDIN": admission webhook "warn.example.com" denied the '
+        "request: missing owner label",
+    ]
+
+
+def test_update_and_delete_reach_webhooks(k: Kubectl, ns: str, hooks: WebhookServer) -> None:
+    k.run("create", "configmap", "kept", "-n", ns, "--from-literal=a=1")
+    k.apply(
+        mutating(
+            "patch-updates", webhook("patch.example.com", by_url(hooks, "/patch"), ns, operations=("UPDATE",))
+        )
+    )
+    k.apply(
+        validating(
+            "deny-deletes", webhook("deny.example.com", by_url(hooks, "/deny"), ns, operations=("DELETE",))
+        )
+    )
+    k.run("annotate", "configmap", "kept", "-n", ns, "note=1")
+    assert labels_of(k, ns, "kept") == {"patched": "yes"}
+    [update] = hooks.seen("patch")
+    assert update["request"]["operation"] == "UPDATE"
+    assert update["request"]["oldObject"]["data"] == {"a": "1"}
+    assert update["request"]["options"]["kind"] == "UpdateOptions"
+
+    result = k.fails("delete", "configmap", "kept", "-n", ns)
+    assert result.stderr.strip() == (
+        'Error from server (Forbidden): admission webhook "deny.example.com" denied the request: no ConfigMap today'
+    )
+    [deletion] = hooks.seen("deny")
+    assert deletion["request"]["operation"] == "DELETE"
+    assert deletion["request"]["object"] is None
+    assert deletion["request"]["oldObject"]["metadata"]["name"] == "kept"
+    assert deletion["request"]["options"]["kind"] == "DeleteOptions"
+
+
+def test_configurations_are_defaulted_and_validated(k: Kubectl, hooks: WebhookServer) -> None:
+    k.apply(validating("defaults", webhook("defaults.example.com", by_url(hooks, "/allow"), None)))
+    stored = json.loads(k.run("get", "validatingwebhookconfiguration", "defaults", "-o", "json").out)
+    [hook] = stored["webhooks"]
+    assert (hook["failurePolicy"], hook["matchPolicy"], hook["timeoutSeconds"]) == ("Fail", "Equivalent", 10)
+    assert (
+        hook["namespaceSelector"] == {} and hook["objectSelector"] == {} and hook["rules"][0]["scope"] == "*"
+    )
+    assert k.run("get", "validatingwebhookconfigurations").out.split()[:3] == ["NAME", "WEBHOOKS", "AGE"]
+
+    bad = webhook("short", {"url": "https://hooks.example.com"}, None, timeoutSeconds=45)
+    result = k.fails("apply", "-f", "-", input=validating("bad", bad))
+    assert result.stderr.strip() == (
+        'The ValidatingWebhookConfiguration "bad" is invalid: \n'
+        '* webhooks[0].name: Invalid value: "short": should be a domain with at least three segments separated by dots\n'
+        "* webhooks[0].timeoutSeconds: Invalid value: 45: the timeout value must be between 1 and 30 seconds"
+    )
 
 
 # --- mutation -------------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ import structlog
 from aiohttp import web
 
 from vplane.apiserver import authn, builtin, codec, discovery, policy, timeutil, webhooks
-from vplane.kube import requestinfo
 from vplane.apiserver.admission import Admission, NamespaceLifecycle
 from vplane.apiserver.aggregation import Aggregator
 from vplane.apiserver.authz import Attributes, RBACAuthorizer, RBACIndex, forbidden_reason
@@ -35,7 +34,7 @@ from vplane.apiserver.reviews import Reviews, SubresourceHandler
 from vplane.apiserver.schemas import SchemaSource
 from vplane.apiserver.settings import APIServerSettings
 from vplane.apiserver.watch import WatchEvent, WatchHub
-from vplane.kube import errors, tables
+from vplane.kube import errors, requestinfo, tables
 from vplane.kube.objects import Obj
 from vplane.storage.cache import Cache
 from vplane.storage.interface import Store
