@@ -198,7 +198,12 @@ class _Caller:
             )
             headers["Host"] = f"{client.server_name}:{client.service_port}"
             server_hostname = client.server_name
-        session = self.clients.session(client.ca_bundle)
+        try:
+            session = self.clients.session(client.ca_bundle)
+        except (ssl.SSLError, ValueError) as exc:
+            raise CallError(
+                hook.name, f"could not get REST client: unable to load root certificates: {exc}"
+            ) from None
         try:
             async with session.post(
                 target,
@@ -234,7 +239,7 @@ def _describe(exc: BaseException, target: str) -> str:
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         cert_error = exc.certificate_error
         code = getattr(cert_error, "verify_code", None)
-        if code in (19, 20, 21):  # self-signed in chain, unknown issuer, unable to verify leaf
+        if code in (18, 19, 20, 21):  # self-signed, self-signed in chain, unknown issuer, unverifiable leaf
             return "tls: failed to verify certificate: x509: certificate signed by unknown authority"
         detail = getattr(cert_error, "verify_message", "") or str(cert_error)
         return f"tls: failed to verify certificate: x509: {detail}"
