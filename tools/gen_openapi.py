@@ -204,6 +204,38 @@ KINDS: list[tuple[str, str, str, str, str, str]] = [
         "Applies a validating admission policy to matching resources.",
     ),
     (
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        "V1MutatingWebhookConfiguration",
+        ADMREG,
+        "Admission webhooks that may change API requests before they are stored.",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "V1ValidatingWebhookConfiguration",
+        ADMREG,
+        "Admission webhooks that accept or reject API requests.",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingAdmissionPolicy",
+        "V1MutatingAdmissionPolicy",
+        ADMREG,
+        "CEL mutations applied to API requests before they are stored.",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingAdmissionPolicyBinding",
+        "V1MutatingAdmissionPolicyBinding",
+        ADMREG,
+        "Applies a mutating admission policy to matching resources.",
+    ),
+    (
         "events.k8s.io",
         "v1",
         "Event",
@@ -420,11 +452,30 @@ EXTENSIONS: dict[str, dict[str, Schema]] = {
         "excludeResourceRules": ATOMIC,
         "resourceRules": ATOMIC,
     },
+    f"{ADMREG}.MutatingAdmissionPolicySpec": {
+        "matchConditions": merge_map("name"),
+        "mutations": ATOMIC,
+        "variables": ATOMIC,
+    },
+    f"{ADMREG}.MutatingWebhook": {
+        "admissionReviewVersions": ATOMIC,
+        "matchConditions": merge_map("name"),
+        "rules": ATOMIC,
+    },
+    f"{ADMREG}.MutatingWebhookConfiguration": {
+        "webhooks": merge_map("name"),
+    },
     f"{ADMREG}.NamedRuleWithOperations": {
         "apiGroups": ATOMIC,
         "apiVersions": ATOMIC,
         "operations": ATOMIC,
         "resourceNames": ATOMIC,
+        "resources": ATOMIC,
+    },
+    f"{ADMREG}.RuleWithOperations": {
+        "apiGroups": ATOMIC,
+        "apiVersions": ATOMIC,
+        "operations": ATOMIC,
         "resources": ATOMIC,
     },
     f"{ADMREG}.TypeChecking": {
@@ -441,6 +492,14 @@ EXTENSIONS: dict[str, dict[str, Schema]] = {
     },
     f"{ADMREG}.ValidatingAdmissionPolicyStatus": {
         "conditions": map_list("type"),
+    },
+    f"{ADMREG}.ValidatingWebhook": {
+        "admissionReviewVersions": ATOMIC,
+        "matchConditions": merge_map("name"),
+        "rules": ATOMIC,
+    },
+    f"{ADMREG}.ValidatingWebhookConfiguration": {
+        "webhooks": merge_map("name"),
     },
     f"{APPS}.DeploymentSpec": {
         "strategy": ext(patch="retainKeys"),

@@ -1062,7 +1062,7 @@ def test_request_variable_shape() -> None:
         uid="u-1",
         user={"username": "alice", "groups": ["devs"]},
     )
-    assert ap.request_value(req, ap._Target("v1", "ConfigMap")) == {
+    assert ap.request_value(req, ap.Target("v1", "ConfigMap")) == {
         "uid": "u-1",
         "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
         "resource": {"group": "", "version": "v1", "resource": "configmaps"},

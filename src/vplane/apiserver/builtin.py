@@ -11,6 +11,7 @@ import binascii
 import re
 from typing import Any
 
+from vplane.apiserver import admissionkinds
 from vplane.apiserver.registry import (
     STATUS_VERBS,
     Registry,
@@ -678,3 +679,4 @@ def builtin_types() -> list[ResourceType]:
 def install(registry: Registry) -> None:
     for rtype in builtin_types():
         registry.add(rtype)
+    admissionkinds.install(registry)

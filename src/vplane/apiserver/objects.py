@@ -10,6 +10,7 @@ internal write obeys the same rules as a client's.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -172,6 +173,9 @@ class ObjectStore:
         if not applied:
             obj = self._manage(ctx, rtype, None, obj, "")
         self._to_storage_version(rtype, obj)
+        if self.admission.mutating:
+            obj = await self._mutate_create(ctx, rtype, obj, generated)
+            meta = obj["metadata"]
         await self.admission.admit(
             AdmissionRequest(ctx, "CREATE", rtype, "", meta.get("namespace", ""), meta["name"], obj, None)
         )
@@ -189,6 +193,43 @@ class ObjectStore:
                     raise errors.already_exists(rtype.resource, meta["name"], rtype.group) from None
                 meta["name"] = self._generate_name(str(meta["generateName"]))
         raise AssertionError("unreachable")
+
+    async def _mutate_create(
+        self, ctx: RequestContext, rtype: ResourceType, obj: Obj, generated: bool
+    ) -> Obj:
+        """Mutating admission of a create. Mutators see the object as upstream's do (no uid, creation
+        time, generation or generated name yet); a changed object is prepared, defaulted and validated
+        again, with the system fields and managed fields it had before."""
+        meta = obj["metadata"]
+        hidden = {k: meta[k] for k in ("uid", "creationTimestamp", "generation") if k in meta}
+        shown_meta = {k: v for k, v in meta.items() if k not in hidden and not (generated and k == "name")}
+        shown = {**obj, "metadata": shown_meta}
+        namespace = meta.get("namespace", "")
+        request = AdmissionRequest(
+            ctx, "CREATE", rtype, "", namespace, "" if generated else meta["name"], shown, None
+        )
+        mutated = await self.admission.mutate(request)
+        if mutated is shown or mutated is None:
+            return obj
+        new_meta = mutated.get("metadata")
+        if not isinstance(new_meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        self._check_type(rtype, mutated)
+        new_meta.update(hidden)
+        if rtype.namespaced:
+            new_meta["namespace"] = namespace
+        if not new_meta.get("name"):
+            new_meta["name"] = meta["name"]
+        for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+            new_meta.pop(field, None)
+        _keep_managed_fields(new_meta, meta)
+        if rtype.has_status:
+            mutated.pop("status", None)
+        rtype.strategy.prepare_for_create(mutated)
+        self._default(dataclasses.replace(ctx, field_validation="Ignore"), rtype, mutated)
+        self._validate(rtype, mutated, None)
+        self._to_storage_version(rtype, mutated)
+        return mutated
 
     @staticmethod
     def _generate_name(prefix: str) -> str:
@@ -325,6 +366,8 @@ class ObjectStore:
             new = self._prepare_update(
                 ctx, rtype, old, proposed, subresource, managed_by_apply=apply is not None
             )
+            if new is not None and self.admission.mutating:
+                new = await self._mutate_update(ctx, rtype, subresource, namespace, name, new, old)
             if new is None:
                 return old  # nothing changed: no write, resourceVersion unchanged (as upstream)
             await self.admission.admit(
@@ -352,6 +395,34 @@ class ObjectStore:
                 raise errors.not_found(rtype.resource, name, rtype.group) from None
         raise errors.conflict(
             rtype.resource, name, rtype.group, reason="too many concurrent updates, try again"
+        )
+
+    async def _mutate_update(
+        self,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        subresource: str,
+        namespace: str,
+        name: str,
+        new: Obj,
+        old: Obj,
+    ) -> Obj | None:
+        """Mutating admission of an update; a changed object goes through the update rules again (its
+        managed fields are the request's: mutators' changes are not attributed to a manager)."""
+        request = AdmissionRequest(ctx, "UPDATE", rtype, subresource, namespace, name, new, old)
+        mutated = await self.admission.mutate(request)
+        if mutated is new or mutated is None:
+            return new
+        if not isinstance(mutated.get("metadata"), dict):
+            raise errors.bad_request("metadata must be an object")
+        _keep_managed_fields(mutated["metadata"], new["metadata"])
+        return self._prepare_update(
+            dataclasses.replace(ctx, field_validation="Ignore"),
+            rtype,
+            old,
+            mutated,
+            subresource,
+            managed_by_apply=True,
         )
 
     def _prepare_update(
@@ -459,7 +530,9 @@ class ObjectStore:
                     rtype.group,
                     reason=f"Precondition failed: ResourceVersion in precondition: {options.precondition_rv}, ResourceVersion in object meta: {kv.mod_revision}",
                 )
-            await self.admission.admit(AdmissionRequest(ctx, "DELETE", rtype, "", namespace, name, None, obj))
+            request = AdmissionRequest(ctx, "DELETE", rtype, "", namespace, name, None, obj)
+            await self.admission.mutate(request)
+            await self.admission.admit(request)
             finalizers = list(meta.get("finalizers") or [])
             policy = options.propagation_policy
             if policy == "Foreground" and FOREGROUND_FINALIZER not in finalizers:
@@ -638,6 +711,14 @@ class ObjectStore:
             raise errors.unsupported_media_type(patch_type, patch_types_for(rtype))
 
         return await self.guaranteed_update(ctx, rtype, namespace, name, mutate, subresource=subresource)
+
+
+def _keep_managed_fields(meta: Obj, before: Obj) -> None:
+    """Mutating admission may not rewrite ownership (upstream resets managedFields a mutator changed)."""
+    if "managedFields" in before:
+        meta["managedFields"] = before["managedFields"]
+    else:
+        meta.pop("managedFields", None)
 
 
 def new_uid() -> str:

@@ -19,7 +19,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from vplane.apiserver import authn, builtin, codec, discovery, policy, timeutil
+from vplane.apiserver import authn, builtin, codec, discovery, policy, timeutil, webhooks
 from vplane.apiserver.admission import Admission, NamespaceLifecycle
 from vplane.apiserver.aggregation import Aggregator
 from vplane.apiserver.authz import Attributes, RBACAuthorizer, RBACIndex, forbidden_reason
@@ -34,7 +34,6 @@ from vplane.apiserver.registry import Registry, ResourceType
 from vplane.apiserver.reviews import Reviews, SubresourceHandler
 from vplane.apiserver.schemas import SchemaSource
 from vplane.apiserver.settings import APIServerSettings
-from vplane.apiserver.vap import ValidatingAdmissionPolicyPlugin
 from vplane.apiserver.watch import WatchEvent, WatchHub
 from vplane.kube import errors, requestinfo, tables
 from vplane.kube.objects import Obj
@@ -109,7 +108,7 @@ class APIServer:
             self.token_authenticators.append(self.delegate)
         self.admission.add(NamespaceLifecycle(self.namespaces))
         self.admission.add(EscalationPrevention(self.authorizer, self.authorize))
-        self.admission.add(ValidatingAdmissionPolicyPlugin(self))
+        self.dynamic_admission = webhooks.install(self)
         self._runner: web.ServerRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.ca: tls.CertPair | None = None
@@ -189,6 +188,7 @@ class APIServer:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.aggregator.close()
+        await self.dynamic_admission.close()
         if self.delegate is not None:
             await self.delegate.close()
         await self.store.close()

@@ -27,7 +27,7 @@ _BINDING_PREFIX = f"/{admissionpolicy.GROUP}/{admissionpolicy.BINDINGS}/"
 _OPTIONS_KIND = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 
 
-class _StoreParams:
+class StoreParams:
     """Params (``paramKind`` objects) read from the server's cache."""
 
     def __init__(self, server: APIServer) -> None:
@@ -65,7 +65,7 @@ class ValidatingAdmissionPolicyPlugin:
         self.server = server
         self.policies: dict[str, Obj] = {}
         self.bindings: dict[str, Obj] = {}
-        self._params = _StoreParams(server)
+        self._params = StoreParams(server)
         self._synced = False
         server.hub.on_event.append(self._on_event)
         self._load()
@@ -104,48 +104,14 @@ class ValidatingAdmissionPolicyPlugin:
         if (rtype.group, rtype.resource) in admissionpolicy.EXEMPT_RESOURCES:
             return
         ctx = request.ctx
-        is_namespace = rtype.resource == "namespaces" and not rtype.group
-        namespace_name = request.name if is_namespace else request.namespace
-        options: Obj | None = None
-        if request.operation in _OPTIONS_KIND:
-            options = {"kind": _OPTIONS_KIND[request.operation], "apiVersion": "meta.k8s.io/v1"}
-            if ctx.dry_run:
-                options["dryRun"] = ["All"]
-            if ctx.field_manager and request.operation != "DELETE":
-                options["fieldManager"] = ctx.field_manager
-        policy_request = admissionpolicy.Request(
-            operation=request.operation,
-            group=rtype.group,
-            version=rtype.version,
-            resource=rtype.resource,
-            kind=rtype.kind,
-            subresource=request.subresource,
-            name=request.name,
-            namespace=namespace_name,
-            user=ctx.user.to_dict(),
-            object=request.obj,
-            old_object=request.old,
-            dry_run=ctx.dry_run,
-            options=options,
-            uid=str(uuid.uuid4()),
-            equivalents=tuple(
-                (t.version, t.kind)
-                for t in self.server.registry
-                if t.group == rtype.group and t.resource == rtype.resource and t.version != rtype.version
-            ),
-        )
-        namespace: Obj | None = None
-        if namespace_name:
-            ns_type = self.server.registry.get("", "v1", "namespaces")
-            if ns_type is not None:
-                namespace = self.server.objects.get(ns_type, "", namespace_name)
+        policy_request = build_policy_request(self.server, request)
         result = admissionpolicy.evaluate(
             self.policies,
             list(self.bindings.values()),
             policy_request,
-            namespace=namespace,
+            namespace=namespace_object(self.server, policy_request.namespace),
             params=self._params,
-            authorizer=self._authorizer(ctx.user),
+            authorizer=authorizer_for(self.server, ctx.user),
         )
         for text in result.warnings:
             ctx.warn(text)
@@ -154,30 +120,78 @@ class ValidatingAdmissionPolicyPlugin:
         if error is not None:
             raise error
 
-    def _authorizer(self, user: UserInfo) -> cel.AuthzCallback:
-        """``authorizer`` checks run through the server's RBAC as the requesting user."""
 
-        def check(c: cel.AuthzCheck) -> cel.AuthzDecision:
-            who = user
-            if c.service_account is not None:
-                ns, name = c.service_account
-                who = UserInfo(
-                    f"system:serviceaccount:{ns}:{name}",
-                    groups=("system:serviceaccounts", f"system:serviceaccounts:{ns}"),
-                )
-            attrs = Attributes(
-                user=who,
-                verb=c.verb,
-                resource_request=c.resource_request,
-                namespace=c.namespace,
-                group=c.group,
-                version="*",
-                resource=c.resource,
-                subresource=c.subresource,
-                name=c.name,
-                path=c.path,
+def build_policy_request(server: APIServer, request: AdmissionRequest) -> admissionpolicy.Request:
+    """The request as admission policies see it (upstream ``admission.Attributes``); a namespace's own
+    requests carry its name as their namespace."""
+    rtype = request.rtype
+    ctx = request.ctx
+    is_namespace = rtype.resource == "namespaces" and not rtype.group
+    options: Obj | None = None
+    if request.operation in _OPTIONS_KIND:
+        options = {"kind": _OPTIONS_KIND[request.operation], "apiVersion": "meta.k8s.io/v1"}
+        if ctx.dry_run:
+            options["dryRun"] = ["All"]
+        if ctx.field_manager and request.operation != "DELETE":
+            options["fieldManager"] = ctx.field_manager
+    return admissionpolicy.Request(
+        operation=request.operation,
+        group=rtype.group,
+        version=rtype.version,
+        resource=rtype.resource,
+        kind=rtype.kind,
+        subresource=request.subresource,
+        name=request.name,
+        namespace=request.name if is_namespace else request.namespace,
+        user=ctx.user.to_dict(),
+        object=request.obj,
+        old_object=request.old,
+        dry_run=ctx.dry_run,
+        options=options,
+        uid=str(uuid.uuid4()),
+        equivalents=tuple(
+            (t.version, t.kind)
+            for t in server.registry
+            if t.group == rtype.group and t.resource == rtype.resource and t.version != rtype.version
+        ),
+    )
+
+
+def namespace_object(server: APIServer, name: str) -> Obj | None:
+    """The namespace ``name`` from the cache (None when it does not exist or ``name`` is empty)."""
+    if not name:
+        return None
+    ns_type = server.registry.get("", "v1", "namespaces")
+    if ns_type is None:
+        return None
+    found: Obj | None = server.objects.get(ns_type, "", name)
+    return found
+
+
+def authorizer_for(server: APIServer, user: UserInfo) -> cel.AuthzCallback:
+    """``authorizer`` checks run through the server's RBAC as the requesting user."""
+
+    def check(c: cel.AuthzCheck) -> cel.AuthzDecision:
+        who = user
+        if c.service_account is not None:
+            ns, name = c.service_account
+            who = UserInfo(
+                f"system:serviceaccount:{ns}:{name}",
+                groups=("system:serviceaccounts", f"system:serviceaccounts:{ns}"),
             )
-            decision = self.server.authorizer.authorize(attrs)
-            return cel.AuthzDecision(decision.allowed, decision.reason)
+        attrs = Attributes(
+            user=who,
+            verb=c.verb,
+            resource_request=c.resource_request,
+            namespace=c.namespace,
+            group=c.group,
+            version="*",
+            resource=c.resource,
+            subresource=c.subresource,
+            name=c.name,
+            path=c.path,
+        )
+        decision = server.authorizer.authorize(attrs)
+        return cel.AuthzDecision(decision.allowed, decision.reason)
 
-        return check
+    return check

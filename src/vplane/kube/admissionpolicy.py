@@ -183,7 +183,7 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class _Target:
+class Target:
     """The GVR/GVK a policy matched the request as (differs from the request under Equivalent)."""
 
     version: str
@@ -240,7 +240,7 @@ def _exact_or_wildcard(items: Any, wanted: str) -> bool:
     return isinstance(items, list) and any(item == "*" or item == wanted for item in items)
 
 
-def _rule_matches(rule: Mapping[str, Any], request: Request, version: str) -> bool:
+def rule_matches(rule: Mapping[str, Any], request: Request, version: str) -> bool:
     """webhook/predicates/rules ``Matcher.Matches`` for the request seen as ``version``."""
     scope = rule.get("scope") or "*"
     is_namespace = request.resource == "namespaces" and not request.group and version == "v1"
@@ -267,17 +267,17 @@ def _rule_matches(rule: Mapping[str, Any], request: Request, version: str) -> bo
 
 
 def _named_rule_matches(rule: Mapping[str, Any], request: Request, version: str) -> bool:
-    if not _rule_matches(rule, request, version):
+    if not rule_matches(rule, request, version):
         return False
     names = rule.get("resourceNames") or []
     return not names or request.name in names
 
 
-def _rules_match(rules: Any, match_policy: str, request: Request) -> _Target | None:
+def _rules_match(rules: Any, match_policy: str, request: Request) -> Target | None:
     rules = rules if isinstance(rules, list) else []
     for rule in rules:
         if isinstance(rule, Mapping) and _named_rule_matches(rule, request, request.version):
-            return _Target(request.version, request.kind)
+            return Target(request.version, request.kind)
     if match_policy == "Exact":
         return None
     for rule in rules:
@@ -287,11 +287,11 @@ def _rules_match(rules: Any, match_policy: str, request: Request) -> _Target | N
                 and isinstance(rule, Mapping)
                 and _named_rule_matches(rule, request, version)
             ):
-                return _Target(version, kind)
+                return Target(version, kind)
     return None
 
 
-def matches(criteria: Mapping[str, Any], request: Request, namespace: Obj | None) -> _Target | None:
+def matches(criteria: Mapping[str, Any], request: Request, namespace: Obj | None) -> Target | None:
     """``matching.Matcher.Matches``: selectors, exclusions, then rules; errors surface only on a match."""
     ns_error: ConfigError | None = None
     try:
@@ -311,7 +311,7 @@ def matches(criteria: Mapping[str, Any], request: Request, namespace: Obj | None
     if _rules_match(criteria.get("excludeResourceRules"), policy, request) is not None:
         return None
     rules = criteria.get("resourceRules")
-    target = _rules_match(rules, policy, request) if rules else _Target(request.version, request.kind)
+    target = _rules_match(rules, policy, request) if rules else Target(request.version, request.kind)
     if target is None:
         return None
     if ns_error is not None:
@@ -380,7 +380,7 @@ def collect_params(
 # --- CEL inputs ------------------------------------------------------------------------------------
 
 
-def request_value(request: Request, target: _Target) -> Obj:
+def request_value(request: Request, target: Target) -> Obj:
     """The ``request`` variable: admission/v1 AdmissionRequest JSON (omitempty fields left out)."""
     out: Obj = {
         "uid": request.uid,
@@ -437,7 +437,7 @@ def namespace_value(namespace: Obj | None) -> Obj | None:
     }
 
 
-def _converted(obj: Obj | None, request: Request, target: _Target) -> Obj | None:
+def _converted(obj: Obj | None, request: Request, target: Target) -> Obj | None:
     if obj is None or target.version == request.version:
         return obj
     api_version = f"{request.group}/{target.version}" if request.group else target.version
@@ -455,6 +455,13 @@ class _Expression:
     variables: frozenset[str]
     returns: tuple[str, ...]
     """Accepted checked types besides ``dyn``, in cel-go spelling (empty: anything)."""
+    compiled: str = ""
+    """The text handed to the engine when it differs from ``source`` (MutatingAdmissionPolicy's typed
+    object construction, rewritten as map literals); messages quote ``source``."""
+
+    @property
+    def text(self) -> str:
+        return self.compiled or self.source
 
 
 def _type_error(returns: tuple[str, ...], got: str) -> str | None:
@@ -522,15 +529,15 @@ class _Phase:
     def _prepare(self, expr: _Expression, known: Sequence[str]) -> tuple[cel.Program, str]:
         """Compile ``expr`` after evaluating the variables it names; variables without a JSON value are
         substituted by their expression."""
-        refs, whole = cel.variable_references(expr.source)
+        refs, whole = cel.variable_references(expr.text)
         for name, offset in refs.items():
             if name not in known:
-                err = cel.compile_error(expr.source, offset, f"undefined field '{name}'")
+                err = cel.compile_error(expr.text, offset, f"undefined field '{name}'")
                 raise _Failed(f"compilation failed: {err.message}")
         wanted = list(known) if whole else [n for n in known if n in refs]
         for name in wanted:
             self._ensure(name)
-        text = expr.source
+        text = expr.text
         for name in wanted:
             if name in self.inline:
                 text = cel.substitute_field(text, "variables", name, self.inline[name])
@@ -657,6 +664,18 @@ def _match_conditions(policy: _Policy, phase: _Phase) -> tuple[bool, str | None]
             return False, failures[0] if len(failures) == 1 else "[" + ", ".join(failures) + "]"
         return False, None
     return True, None
+
+
+def evaluate_match_conditions(
+    conditions: Sequence[Mapping[str, Any]], failure_policy: str, values: Mapping[str, Any]
+) -> tuple[bool, str | None]:
+    """An admission webhook's ``matchConditions`` (webhook/matchconditions): ``(matches, error)``.
+
+    ``values`` binds ``object``, ``oldObject``, ``request``, ``namespaceObject`` and ``authorizer``; an error
+    is only returned under ``failurePolicy: Fail`` (under Ignore an erroring condition means no match).
+    """
+    policy = _Policy({"spec": {"matchConditions": list(conditions), "failurePolicy": failure_policy}})
+    return _match_conditions(policy, _Phase(policy, dict(values)))
 
 
 def _message_for(validation: Mapping[str, Any], message_expr: _Expression | None, phase: _Phase) -> str:

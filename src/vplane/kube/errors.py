@@ -397,3 +397,44 @@ def pod_container_required(name: str, containers: Sequence[str]) -> StatusError:
 
 def pod_container_invalid(container: str, name: str) -> StatusError:
     return bad_request(f"container {container} is not valid for pod {name}")
+
+
+def webhook_denied(webhook: str, status: Mapping[str, Any] | None) -> StatusError:
+    """An admission webhook's refusal (webhook/errors.ToStatusErr): the webhook's own Status, its message
+    prefixed with ``admission webhook "<name>" denied the request``, and never a code below 400."""
+    result = dict(status or {})
+    denied_by = f"admission webhook {_go_quote(webhook)} denied the request"
+    if result.get("message"):
+        message = f"{denied_by}: {result['message']}"
+    elif result.get("reason"):
+        message = f"{denied_by}: {result['reason']}"
+    else:
+        message = f"{denied_by} without explanation"
+    code = result.get("code")
+    if not isinstance(code, int) or code < 400:
+        code = 400
+    details = result.get("details")
+    return StatusError(
+        code,
+        str(result.get("reason") or ""),
+        message,
+        details=details if isinstance(details, Mapping) else None,
+    )
+
+
+def admission_policy_denied(
+    resource: str, group: str, name: str, messages: Sequence[str], reason: str = ""
+) -> StatusError:
+    """A MutatingAdmissionPolicy's refusal (policy/generic ``Dispatch``): ``admission.NewForbidden`` whose
+    message is replaced by the first policy error, every error a cause, the reason the first error's."""
+    details: dict[str, Any] = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    details["causes"] = [{"message": m} for m in messages]
+    return StatusError(403, reason or "Forbidden", messages[0], details=details)
+
+
+def _go_quote(value: str) -> str:
+    """``%q`` for the validated names these messages quote (DNS subdomains need no other escapes)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

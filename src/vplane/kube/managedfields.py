@@ -851,6 +851,15 @@ def _walk_set(value: Any, schema: SchemaNode | None, path: Path, out: set[Path],
         out.add(path)
 
 
+def merge_applied(live: Any, applied: Any, schema: SchemaNode | None) -> Any:
+    """``TypedValue.Merge`` of ``applied`` over ``live`` on its own (a MutatingAdmissionPolicy's
+    ApplyConfiguration); ``ValueError`` for a list whose applied items repeat a key."""
+    try:
+        return _merge(live, applied, schema, ())
+    except _Invalid as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _merge(lhs: Any, rhs: Any, schema: SchemaNode | None, path: Path) -> Any:
     """``TypedValue.Merge``: the applied configuration (rhs) over the live object (lhs)."""
     if rhs is _ABSENT:

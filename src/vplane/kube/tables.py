@@ -724,6 +724,16 @@ def _vap_binding_cells(obj: Obj, now: float) -> list[Any]:
     return [_name(obj), _s(spec.get("policyName")), param, _obj_age(obj, now)]
 
 
+def _map_cells(obj: Obj, now: float) -> list[Any]:
+    cells = _vap_cells(obj, now)
+    cells[1] = len(_l(_d(obj.get("spec")).get("mutations")))
+    return cells
+
+
+def _webhook_configuration_cells(obj: Obj, now: float) -> list[Any]:
+    return [_name(obj), len(_l(obj.get("webhooks"))), _obj_age(obj, now)]
+
+
 def _scale_cells(obj: Obj, now: float) -> list[Any]:
     return [
         _name(obj),
@@ -883,6 +893,31 @@ PRINTERS: dict[tuple[str, str], Printer] = {
         _vap_cells,
     ),
     ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"): Printer(
+        (
+            NAME,
+            column("PolicyName", description="The bound policy."),
+            column("ParamRef", description="The parameter resource, as namespace/name or a selector."),
+            AGE,
+        ),
+        _vap_binding_cells,
+    ),
+    **{
+        ("admissionregistration.k8s.io", kind): Printer(
+            (NAME, column("Webhooks", "integer", "Number of webhooks in the configuration."), AGE),
+            _webhook_configuration_cells,
+        )
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    },
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"): Printer(
+        (
+            NAME,
+            column("Mutations", "integer", "Number of mutations."),
+            column("ParamKind", description="apiVersion/kind of the parameter resource."),
+            AGE,
+        ),
+        _map_cells,
+    ),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding"): Printer(
         (
             NAME,
             column("PolicyName", description="The bound policy."),
