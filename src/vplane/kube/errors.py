@@ -259,3 +259,22 @@ def service_unavailable(message: str, retry_after: int | None = None) -> StatusE
 
 def timeout(message: str) -> StatusError:
     return StatusError(504, "Timeout", message)
+
+
+def field_not_found(field: str, value: Any) -> Cause:
+    """A ``FieldValueNotFound`` cause (``field.NotFound``): a reference to something that does not exist."""
+    return {"reason": "FieldValueNotFound", "message": f"Not found: {_render_value(value)}", "field": field}
+
+
+def field_too_many(field: str, actual: int, limit: int) -> Cause:
+    """A ``FieldValueTooMany`` cause (``field.TooMany``)."""
+    return {
+        "reason": "FieldValueTooMany",
+        "message": f"Too many: {actual}: must have at most {limit} items",
+        "field": field,
+    }
+
+
+def field_internal(field: str, detail: str) -> Cause:
+    """A ``InternalError`` cause (``field.InternalError``)."""
+    return {"reason": "InternalError", "message": f"Internal error: {detail}", "field": field}
