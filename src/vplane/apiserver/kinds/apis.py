@@ -190,6 +190,8 @@ def types() -> list[ResourceType]:
             categories=("api-extensions",),
             strategy=GenerationStrategy(),
             status=True,
+            # Upstream still stores CRDs as v1beta1 (its storageVersionHash says so); objects here are v1.
+            storage_version="v1beta1",
         ),
         rt(
             "apiregistration.k8s.io",
