@@ -361,7 +361,9 @@ def test_create_get_describe_explain_delete(
         assert row.split()[0].startswith(name), got.out
     if k.binary.endswith("1.32") and kind in KUBECTL_132_BETA_DESCRIBERS:
         # kubectl 1.32 describes these through the beta version it knew; a 1.36 server no longer serves it.
-        assert "the server could not find the requested resource" in k.fails("describe", resource, name).stderr
+        assert (
+            "the server could not find the requested resource" in k.fails("describe", resource, name).stderr
+        )
     else:
         described = k.run("describe", resource, name, *scope)
         assert name in described.out
@@ -605,6 +607,32 @@ def test_binding_and_connect_errors(
         json.loads(body)["message"]
         == 'Operation cannot be fulfilled on pods/binding "lone": pod lone is already assigned to node "n9"'
     )
+
+
+def test_node_keeps_status_and_service_proxy_needs_endpoints(
+    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    """A node is created with the status its kubelet reports (upstream keeps it); a service proxy with no
+    endpoints answers upstream's 503."""
+    node = f"ready-{_uid()}"
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node, "labels": {"node-role.kubernetes.io/worker": ""}},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            "addresses": [{"type": "InternalIP", "address": "10.9.9.9"}],
+            "nodeInfo": {"kubeletVersion": "v1.36.2"},
+        },
+    }
+    kubectl.run("create", "-f", "-", input=json.dumps(manifest))
+    row = kubectl.run("get", "node", node, "-o", "wide").out.splitlines()[1].split()
+    assert row[:3] == [node, "Ready", "worker"] and row[4:6] == ["v1.36.2", "10.9.9.9"]
+    kubectl.run("delete", "node", node)
+    kubectl.run("create", "service", "clusterip", "nowhere", "--tcp=80:80", "-n", namespace)
+    code, _, body = shared_apiserver.request("GET", f"/api/v1/namespaces/{namespace}/services/nowhere/proxy/")
+    assert code == 503
+    assert json.loads(body)["message"] == 'no endpoints available for service "nowhere"'
 
 
 def test_upstream_validation_messages(k: Kubectl, namespace: str) -> None:

@@ -9,10 +9,8 @@ path passes the subresource to the kind's strategy.
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 
@@ -25,7 +23,6 @@ from vplane.apiserver.registry import ResourceType
 from vplane.kube import errors, labels, patch, tables
 from vplane.kube.objects import Obj
 from vplane.kube.requestinfo import RequestInfo
-from vplane.support.httprelay import relay_response
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -34,7 +31,6 @@ DISRUPTION_BUDGET_MESSAGE = "Cannot evict pod as it would violate the pod's disr
 MAX_DISRUPTED_PODS = 2000
 """Upstream's ``MaxDisruptedPodSize``: evictions the PDB controller has not yet confirmed."""
 EVICTION_RETRIES = 20
-PROXY_TIMEOUT_SECONDS = 5.0
 COMPONENTS = ("scheduler", "controller-manager", "etcd-0")
 COMPONENT_STATUS_WARNING = "v1 ComponentStatus is deprecated in v1.19+"
 
@@ -383,7 +379,7 @@ class Subresources:
         addresses = lst(d(node.get("status")).get("addresses"))
         if not addresses:
             raise errors.bad_request("no preferred addresses found; known addresses: []")
-        raise errors.service_unavailable(f"error dialing backend: no kubelet serves node {node_name}")
+        raise _unreachable(str(d(addresses[0]).get("address")))
 
     async def pod_proxy(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
@@ -392,18 +388,15 @@ class Subresources:
         ip = d(pod.get("status")).get("podIP")
         if not ip:
             raise errors.bad_request("address not allowed")
-        port = info.name.split(":")[-1] if ":" in info.name else "80"
-        return await self._relay(
-            request, f"http://{ip}:{port}", "/".join(info.parts[3:]) if len(info.parts) > 3 else ""
-        )
+        raise _unreachable(f"{ip}")
 
     async def service_proxy(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
     ) -> web.StreamResponse:
         pieces = info.name.split(":")
-        scheme, port_name = "", ""
+        port_name = ""
         if len(pieces) == 3:
-            scheme, name, port_name = pieces
+            _scheme, name, port_name = pieces
         elif len(pieces) == 2:
             name, port_name = pieces
         else:
@@ -415,15 +408,12 @@ class Subresources:
         for subset in lst(endpoints.get("subsets")):
             addresses = lst(d(subset).get("addresses"))
             for ep_port in lst(d(subset).get("ports")):
-                if addresses and (
-                    not port_name
-                    or d(ep_port).get("name") == port_name
-                    or str(d(ep_port).get("port")) == port_name
-                ):
-                    ip = d(addresses[0]).get("ip")
-                    return await self._relay(
-                        request, f"{scheme or 'http'}://{ip}:{d(ep_port).get('port')}", ""
-                    )
+                wanted = not port_name or port_name in (
+                    str(d(ep_port).get("name")),
+                    str(d(ep_port).get("port")),
+                )
+                if addresses and wanted:
+                    raise _unreachable(f"{d(addresses[0]).get('ip')}:{d(ep_port).get('port')}")
         raise errors.service_unavailable(f'no endpoints available for service "{name}"')
 
     async def node_proxy(
@@ -433,29 +423,7 @@ class Subresources:
         addresses = lst(d(node.get("status")).get("addresses"))
         if not addresses:
             raise errors.bad_request("no preferred addresses found; known addresses: []")
-        raise errors.service_unavailable(f"error dialing backend: no kubelet serves node {info.name}")
-
-    async def _relay(self, request: web.Request, base: str, rest: str) -> web.StreamResponse:
-        path = request.path
-        marker = "/proxy"
-        tail = path[path.index(marker) + len(marker) :] if marker in path else "/" + rest
-        url = base + (tail or "/")
-        if request.query_string:
-            url += "?" + request.query_string
-        body = await request.read() if request.can_read_body else None
-        session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=PROXY_TIMEOUT_SECONDS)
-        )
-        try:
-            upstream = await session.request(request.method, url, data=body, allow_redirects=False)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            await session.close()
-            return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
-        try:
-            return await relay_response(request, upstream)
-        finally:
-            with contextlib.suppress(Exception):
-                await session.close()
+        raise _unreachable(str(d(addresses[0]).get("address")))
 
     # -- componentstatuses --------------------------------------------------------------------------
 
@@ -508,6 +476,15 @@ def _component(name: str, healthy: bool) -> Obj:
         "metadata": {"name": name},
         "conditions": [condition],
     }
+
+
+def _unreachable(address: str) -> errors.StatusError:
+    """What a connection to a pod, service endpoint or kubelet answers while no node runtime serves this
+    cluster. The API server deliberately opens no connection to addresses that objects name: a tenant could
+    otherwise point an Endpoints object at the platform host's own network."""
+    return errors.service_unavailable(
+        f"error trying to reach {address}: no node runtime serves this cluster yet"
+    )
 
 
 class _Changed(Exception):
