@@ -26,6 +26,7 @@ Where the facts come from:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
@@ -52,6 +53,17 @@ AUTHZ = "io.k8s.api.authorization.v1"
 AUTHN = "io.k8s.api.authentication.v1"
 ADMREG = "io.k8s.api.admissionregistration.v1"
 EVENTS = "io.k8s.api.events.v1"
+AUTOSCALING_V2 = "io.k8s.api.autoscaling.v2"
+POLICY = "io.k8s.api.policy.v1"
+NETWORKING = "io.k8s.api.networking.v1"
+STORAGE = "io.k8s.api.storage.v1"
+SCHEDULING = "io.k8s.api.scheduling.v1"
+NODE = "io.k8s.api.node.v1"
+DISCOVERY = "io.k8s.api.discovery.v1"
+CERTIFICATES = "io.k8s.api.certificates.v1"
+RESOURCE = "io.k8s.api.resource.v1"
+FLOWCONTROL = "io.k8s.api.flowcontrol.v1"
+VERSION_INFO = "io.k8s.apimachinery.pkg.version.Info"
 SCHED_A3 = "io.k8s.api.scheduling.v1alpha3"
 APIEXT = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1"
 APIREG = "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1"
@@ -85,6 +97,232 @@ KINDS: list[tuple[str, str, str, str, str, str]] = [
     ("", "v1", "Pod", "V1Pod", CORE, "A group of containers scheduled together onto one node."),
     ("", "v1", "Event", "CoreV1Event", CORE, "A report of something that happened to an object."),
     ("", "v1", "Node", "V1Node", CORE, "A machine that runs pods."),
+    ("", "v1", "Binding", "V1Binding", CORE, "Binds a pod to a node (what a scheduler posts)."),
+    ("", "v1", "ComponentStatus", "V1ComponentStatus", CORE, "The health of a control plane component."),
+    ("", "v1", "LimitRange", "V1LimitRange", CORE, "Per-namespace defaults and bounds for resource amounts."),
+    (
+        "",
+        "v1",
+        "PersistentVolume",
+        "V1PersistentVolume",
+        CORE,
+        "A piece of storage in the cluster, provisioned by an administrator or a storage class.",
+    ),
+    (
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "V1PersistentVolumeClaim",
+        CORE,
+        "A user's request for storage, bound to a persistent volume.",
+    ),
+    ("", "v1", "PodTemplate", "V1PodTemplate", CORE, "A stored pod template."),
+    (
+        "",
+        "v1",
+        "ReplicationController",
+        "V1ReplicationController",
+        CORE,
+        "Keeps a number of identical pods running (the older form of a ReplicaSet).",
+    ),
+    ("", "v1", "ResourceQuota", "V1ResourceQuota", CORE, "Limits on aggregate resource use in a namespace."),
+    (
+        "apps",
+        "v1",
+        "StatefulSet",
+        "V1StatefulSet",
+        APPS,
+        "Pods with stable identities and storage, rolled in order.",
+    ),
+    ("apps", "v1", "DaemonSet", "V1DaemonSet", APPS, "Runs a copy of a pod on each eligible node."),
+    (
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "V1ControllerRevision",
+        APPS,
+        "An immutable snapshot of a workload's template, kept for rollbacks.",
+    ),
+    ("batch", "v1", "CronJob", "V1CronJob", BATCH, "Creates Jobs on a repeating schedule."),
+    (
+        "autoscaling",
+        "v1",
+        "HorizontalPodAutoscaler",
+        "V1HorizontalPodAutoscaler",
+        AUTOSCALING,
+        "Scales a workload between bounds to hold CPU utilization at a target.",
+    ),
+    (
+        "autoscaling",
+        "v2",
+        "HorizontalPodAutoscaler",
+        "V2HorizontalPodAutoscaler",
+        AUTOSCALING_V2,
+        "Scales a workload between bounds to hold metrics at their targets.",
+    ),
+    (
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "V1PodDisruptionBudget",
+        POLICY,
+        "Bounds how many pods of a set voluntary disruptions may take down at once.",
+    ),
+    ("policy", "v1", "Eviction", "V1Eviction", POLICY, "Asks to evict a pod, subject to disruption budgets."),
+    ("networking.k8s.io", "v1", "Ingress", "V1Ingress", NETWORKING, "HTTP routes from outside to services."),
+    (
+        "networking.k8s.io",
+        "v1",
+        "IngressClass",
+        "V1IngressClass",
+        NETWORKING,
+        "Names the controller that implements a class of ingresses.",
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "V1NetworkPolicy",
+        NETWORKING,
+        "Which traffic may reach or leave a set of pods.",
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "IPAddress",
+        "V1IPAddress",
+        NETWORKING,
+        "An IP address allocated to a service.",
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "ServiceCIDR",
+        "V1ServiceCIDR",
+        NETWORKING,
+        "A range service addresses come from.",
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "StorageClass",
+        "V1StorageClass",
+        STORAGE,
+        "A class of storage that claims can ask for, and how to provision it.",
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "CSIDriver",
+        "V1CSIDriver",
+        STORAGE,
+        "How the cluster talks to a CSI volume driver.",
+    ),
+    ("storage.k8s.io", "v1", "CSINode", "V1CSINode", STORAGE, "The CSI drivers installed on a node."),
+    (
+        "storage.k8s.io",
+        "v1",
+        "CSIStorageCapacity",
+        "V1CSIStorageCapacity",
+        STORAGE,
+        "Storage capacity a CSI driver reports for a topology segment.",
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "VolumeAttachment",
+        "V1VolumeAttachment",
+        STORAGE,
+        "A request to attach a volume to a node.",
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "VolumeAttributesClass",
+        "V1VolumeAttributesClass",
+        STORAGE,
+        "Mutable attributes (such as performance) a volume can be given.",
+    ),
+    (
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "V1PriorityClass",
+        SCHEDULING,
+        "A named priority that pods refer to.",
+    ),
+    (
+        "node.k8s.io",
+        "v1",
+        "RuntimeClass",
+        "V1RuntimeClass",
+        NODE,
+        "A container runtime configuration pods can ask for.",
+    ),
+    (
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "V1EndpointSlice",
+        DISCOVERY,
+        "A subset of the endpoints that back a service.",
+    ),
+    (
+        "certificates.k8s.io",
+        "v1",
+        "CertificateSigningRequest",
+        "V1CertificateSigningRequest",
+        CERTIFICATES,
+        "A request for a certificate, approved or denied, then signed.",
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "DeviceClass",
+        "V1DeviceClass",
+        RESOURCE,
+        "A class of devices that claims can ask for.",
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "ResourceClaim",
+        "ResourceV1ResourceClaim",
+        RESOURCE,
+        "A request for devices, allocated by the scheduler.",
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "ResourceClaimTemplate",
+        "V1ResourceClaimTemplate",
+        RESOURCE,
+        "A template each pod's own ResourceClaim is made from.",
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "ResourceSlice",
+        "V1ResourceSlice",
+        RESOURCE,
+        "Devices a driver offers in a pool.",
+    ),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "FlowSchema",
+        "V1FlowSchema",
+        FLOWCONTROL,
+        "Which requests go to which priority level.",
+    ),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "PriorityLevelConfiguration",
+        "V1PriorityLevelConfiguration",
+        FLOWCONTROL,
+        "How many requests of a priority level run at once, and how the rest wait.",
+    ),
     ("apps", "v1", "Deployment", "V1Deployment", APPS, "Declarative rollouts of a replicated pod template."),
     ("apps", "v1", "ReplicaSet", "V1ReplicaSet", APPS, "Keeps a number of identical pods running."),
     ("autoscaling", "v1", "Scale", "V1Scale", AUTOSCALING, "The scale subresource of a scalable object."),
@@ -258,6 +496,15 @@ META_KINDS: list[tuple[str, str, list[tuple[str, str]], str]] = [
     ),
     ("DeleteOptions", "V1DeleteOptions", SERVED_GVS, "Options for a delete request."),
     ("WatchEvent", "V1WatchEvent", SERVED_GVS, "One event of a watch stream."),
+    ("APIVersions", "V1APIVersions", [("", "v1")], "The versions of the legacy core API."),
+    ("APIGroupList", "V1APIGroupList", [("", "v1")], "The API groups a server serves."),
+    ("APIGroup", "V1APIGroup", [("", "v1")], "One API group and its versions."),
+    ("APIResourceList", "V1APIResourceList", [("", "v1")], "The resources of one group/version."),
+]
+
+# Definitions served without a kind of their own.
+PLAIN_DEFINITIONS: list[tuple[str, str, str]] = [
+    (VERSION_INFO, "VersionInfo", "The server's version, as /version answers."),
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -277,6 +524,10 @@ DEFAULTS: dict[tuple[str, str], object] = {
 PREFIX_PACKAGES = {
     "Core": CORE,
     "Events": EVENTS,
+    "Discovery": DISCOVERY,
+    "Flowcontrol": FLOWCONTROL,
+    "Resource": RESOURCE,
+    "Storage": STORAGE,
     "Rbac": RBAC,
     "Authentication": AUTHN,
     "Admissionregistration": ADMREG,
@@ -307,6 +558,11 @@ CLASS_PACKAGES = {
         )
     },
     "V1PodTemplateSpec": CORE,
+    "V1NodeSelector": CORE,
+    "V1Toleration": CORE,
+    "V1PersistentVolumeSpec": CORE,
+    "V1TypedLocalObjectReference": CORE,
+    "V1PersistentVolumeClaim": CORE,
     "V1ObjectReference": CORE,
     "V1EventSource": CORE,
     "V1alpha3WorkloadPodGroupSchedulingPolicy": SCHED_A3,
@@ -347,8 +603,31 @@ TYPE_FACTS: dict[tuple[str, str], str] = {
         )
     },
     **{
+        (definition, prop): RESOURCE_LIST
+        for definition, prop in (
+            (f"{CORE}.PersistentVolumeSpec", "capacity"),
+            (f"{CORE}.PersistentVolumeClaimStatus", "capacity"),
+            (f"{CORE}.PersistentVolumeClaimStatus", "allocatedResources"),
+            (f"{CORE}.ResourceQuotaSpec", "hard"),
+            (f"{CORE}.ResourceQuotaStatus", "hard"),
+            (f"{CORE}.ResourceQuotaStatus", "used"),
+            (f"{CORE}.LimitRangeItem", "default"),
+            (f"{CORE}.LimitRangeItem", "defaultRequest"),
+            (f"{CORE}.LimitRangeItem", "max"),
+            (f"{CORE}.LimitRangeItem", "maxLimitRequestRatio"),
+            (f"{CORE}.LimitRangeItem", "min"),
+            (f"{NODE}.Overhead", "podFixed"),
+        )
+    },
+    **{
         (definition, prop): QUANTITY
         for definition, prop in (
+            (f"{STORAGE}.CSIStorageCapacity", "capacity"),
+            (f"{STORAGE}.CSIStorageCapacity", "maximumVolumeSize"),
+            (f"{AUTOSCALING_V2}.MetricTarget", "value"),
+            (f"{AUTOSCALING_V2}.MetricTarget", "averageValue"),
+            (f"{AUTOSCALING_V2}.MetricValueStatus", "value"),
+            (f"{AUTOSCALING_V2}.MetricValueStatus", "averageValue"),
             (f"{CORE}.EmptyDirVolumeSource", "sizeLimit"),
             (f"{CORE}.NodeAllocatableMappedResources", "quantity"),
             (f"{CORE}.NodeAllocatableOverheadResources", "perContainer"),
@@ -361,6 +640,12 @@ TYPE_FACTS: dict[tuple[str, str], str] = {
         for definition, prop in (
             (f"{APPS}.RollingUpdateDeployment", "maxSurge"),
             (f"{APPS}.RollingUpdateDeployment", "maxUnavailable"),
+            (f"{APPS}.RollingUpdateDaemonSet", "maxSurge"),
+            (f"{APPS}.RollingUpdateDaemonSet", "maxUnavailable"),
+            (f"{APPS}.RollingUpdateStatefulSetStrategy", "maxUnavailable"),
+            (f"{POLICY}.PodDisruptionBudgetSpec", "maxUnavailable"),
+            (f"{POLICY}.PodDisruptionBudgetSpec", "minAvailable"),
+            (f"{NETWORKING}.NetworkPolicyPort", "port"),
             (f"{CORE}.HTTPGetAction", "port"),
             (f"{CORE}.ServicePort", "targetPort"),
             (f"{CORE}.TCPSocketAction", "port"),
@@ -368,6 +653,9 @@ TYPE_FACTS: dict[tuple[str, str], str] = {
     },
     (f"{META}.ManagedFieldsEntry", "fieldsV1"): FIELDSV1,
     (f"{META}.WatchEvent", "object"): RAWEXT,
+    (f"{APPS}.ControllerRevision", "data"): RAWEXT,
+    (f"{RESOURCE}.OpaqueDeviceConfiguration", "parameters"): RAWEXT,
+    (f"{RESOURCE}.AllocatedDeviceStatus", "data"): RAWEXT,
     (f"{APIEXT}.CustomResourceSubresources", "status"): f"{APIEXT}.CustomResourceSubresourceStatus",
     (f"{APIEXT}.JSONSchemaProps", "additionalItems"): f"{APIEXT}.JSONSchemaPropsOrBool",
     (f"{APIEXT}.JSONSchemaProps", "additionalProperties"): f"{APIEXT}.JSONSchemaPropsOrBool",
@@ -503,6 +791,103 @@ EXTENSIONS: dict[str, dict[str, Schema]] = {
     },
     f"{APPS}.DeploymentSpec": {
         "strategy": ext(patch="retainKeys"),
+    },
+    f"{APPS}.StatefulSetSpec": {
+        "volumeClaimTemplates": ATOMIC,
+    },
+    f"{APPS}.StatefulSetStatus": {
+        "conditions": merge_map("type"),
+    },
+    f"{APPS}.DaemonSetStatus": {
+        "conditions": merge_map("type"),
+    },
+    f"{AUTOSCALING_V2}.HorizontalPodAutoscalerSpec": {
+        "metrics": ATOMIC,
+    },
+    f"{AUTOSCALING_V2}.HorizontalPodAutoscalerStatus": {
+        "conditions": merge_map("type"),
+        "currentMetrics": ATOMIC,
+    },
+    f"{AUTOSCALING_V2}.HPAScalingRules": {
+        "policies": ATOMIC,
+    },
+    f"{BATCH}.CronJobStatus": {
+        "active": ATOMIC,
+    },
+    f"{CERTIFICATES}.CertificateSigningRequestSpec": {
+        "groups": ATOMIC,
+        "usages": ATOMIC,
+    },
+    f"{CERTIFICATES}.CertificateSigningRequestStatus": {
+        "conditions": map_list("type"),
+    },
+    f"{CORE}.PersistentVolumeSpec": {
+        "accessModes": ATOMIC,
+        "mountOptions": ATOMIC,
+    },
+    f"{CORE}.PersistentVolumeClaimStatus": {
+        "accessModes": ATOMIC,
+        "conditions": merge_map("type"),
+    },
+    f"{CORE}.ReplicationControllerStatus": {
+        "conditions": merge_map("type"),
+    },
+    f"{CORE}.ResourceQuotaSpec": {
+        "scopes": ATOMIC,
+    },
+    f"{CORE}.LimitRangeSpec": {
+        "limits": ATOMIC,
+    },
+    f"{CORE}.ComponentStatus": {
+        "conditions": merge_map("type"),
+    },
+    f"{DISCOVERY}.EndpointSlice": {
+        "endpoints": ATOMIC,
+        "ports": ATOMIC,
+    },
+    f"{DISCOVERY}.Endpoint": {
+        "addresses": SET,
+    },
+    f"{FLOWCONTROL}.FlowSchemaStatus": {
+        "conditions": map_list("type"),
+    },
+    f"{FLOWCONTROL}.PriorityLevelConfigurationStatus": {
+        "conditions": map_list("type"),
+    },
+    f"{FLOWCONTROL}.FlowSchemaSpec": {
+        "rules": ATOMIC,
+    },
+    f"{NETWORKING}.IngressSpec": {
+        "rules": ATOMIC,
+        "tls": ATOMIC,
+    },
+    f"{NETWORKING}.HTTPIngressRuleValue": {
+        "paths": ATOMIC,
+    },
+    f"{NETWORKING}.NetworkPolicySpec": {
+        "egress": ATOMIC,
+        "ingress": ATOMIC,
+        "policyTypes": ATOMIC,
+    },
+    f"{NETWORKING}.ServiceCIDRSpec": {
+        "cidrs": ATOMIC,
+    },
+    f"{NETWORKING}.ServiceCIDRStatus": {
+        "conditions": merge_map("type"),
+    },
+    f"{POLICY}.PodDisruptionBudgetStatus": {
+        "conditions": merge_map("type"),
+    },
+    f"{STORAGE}.CSINodeSpec": {
+        "drivers": merge_map("name"),
+    },
+    f"{STORAGE}.StorageClass": {
+        "allowedTopologies": ATOMIC,
+        "mountOptions": ATOMIC,
+    },
+    f"{STORAGE}.CSIDriverSpec": {
+        "tokenRequests": ATOMIC,
+        "volumeLifecycleModes": SET,
     },
     f"{APPS}.DeploymentStatus": {
         "conditions": merge_map("type"),
@@ -998,6 +1383,159 @@ class Generator:
         return self.ref(definition)
 
 
+# Fields whose upstream descriptions server-side Tables use as column descriptions (upstream's printers
+# take them from the Go types' SwaggerDoc, which the client's field descriptions reproduce).
+TABLE_DESCRIPTIONS: list[tuple[str, str, str]] = [
+    (f"{META}.ObjectMeta", "V1ObjectMeta", "name"),
+    (f"{META}.ObjectMeta", "V1ObjectMeta", "creationTimestamp"),
+    (f"{CORE}.PodStatus", "V1PodStatus", "podIP"),
+    (f"{CORE}.PodStatus", "V1PodStatus", "nominatedNodeName"),
+    (f"{CORE}.PodSpec", "V1PodSpec", "nodeName"),
+    (f"{CORE}.PodSpec", "V1PodSpec", "readinessGates"),
+    (f"{CORE}.PodSpec", "V1PodSpec", "nodeSelector"),
+    (f"{CORE}.ReplicationControllerSpec", "V1ReplicationControllerSpec", "replicas"),
+    (f"{CORE}.ReplicationControllerSpec", "V1ReplicationControllerSpec", "selector"),
+    (f"{CORE}.ReplicationControllerStatus", "V1ReplicationControllerStatus", "replicas"),
+    (f"{CORE}.ReplicationControllerStatus", "V1ReplicationControllerStatus", "readyReplicas"),
+    (f"{APPS}.ReplicaSetSpec", "V1ReplicaSetSpec", "replicas"),
+    (f"{APPS}.ReplicaSetSpec", "V1ReplicaSetSpec", "selector"),
+    (f"{APPS}.ReplicaSetStatus", "V1ReplicaSetStatus", "replicas"),
+    (f"{APPS}.ReplicaSetStatus", "V1ReplicaSetStatus", "readyReplicas"),
+    (f"{APPS}.DaemonSetStatus", "V1DaemonSetStatus", "desiredNumberScheduled"),
+    (f"{APPS}.DaemonSetStatus", "V1DaemonSetStatus", "currentNumberScheduled"),
+    (f"{APPS}.DaemonSetStatus", "V1DaemonSetStatus", "numberReady"),
+    (f"{APPS}.DaemonSetStatus", "V1DaemonSetStatus", "updatedNumberScheduled"),
+    (f"{APPS}.DaemonSetStatus", "V1DaemonSetStatus", "numberAvailable"),
+    (f"{APPS}.DaemonSetSpec", "V1DaemonSetSpec", "selector"),
+    (f"{APPS}.DeploymentStatus", "V1DeploymentStatus", "updatedReplicas"),
+    (f"{APPS}.DeploymentStatus", "V1DeploymentStatus", "availableReplicas"),
+    (f"{APPS}.DeploymentSpec", "V1DeploymentSpec", "selector"),
+    (f"{APPS}.ControllerRevision", "V1ControllerRevision", "revision"),
+    (f"{BATCH}.JobStatus", "V1JobStatus", "succeeded"),
+    (f"{BATCH}.JobSpec", "V1JobSpec", "selector"),
+    (f"{BATCH}.CronJobSpec", "V1CronJobSpec", "schedule"),
+    (f"{BATCH}.CronJobSpec", "V1CronJobSpec", "timeZone"),
+    (f"{BATCH}.CronJobSpec", "V1CronJobSpec", "suspend"),
+    (f"{BATCH}.CronJobStatus", "V1CronJobStatus", "active"),
+    (f"{BATCH}.CronJobStatus", "V1CronJobStatus", "lastScheduleTime"),
+    (f"{CORE}.ServiceSpec", "V1ServiceSpec", "type"),
+    (f"{CORE}.ServiceSpec", "V1ServiceSpec", "clusterIP"),
+    (f"{CORE}.ServiceSpec", "V1ServiceSpec", "externalIPs"),
+    (f"{CORE}.ServiceSpec", "V1ServiceSpec", "ports"),
+    (f"{CORE}.ServiceSpec", "V1ServiceSpec", "selector"),
+    (f"{CORE}.Endpoints", "V1Endpoints", "subsets"),
+    (f"{CORE}.NodeSystemInfo", "V1NodeSystemInfo", "kubeletVersion"),
+    (f"{CORE}.NodeSystemInfo", "V1NodeSystemInfo", "osImage"),
+    (f"{CORE}.NodeSystemInfo", "V1NodeSystemInfo", "kernelVersion"),
+    (f"{CORE}.NodeSystemInfo", "V1NodeSystemInfo", "containerRuntimeVersion"),
+    (f"{CORE}.NodeStatus", "V1NodeStatus", "addresses"),
+    (f"{CORE}.Event", "CoreV1Event", "lastTimestamp"),
+    (f"{CORE}.Event", "CoreV1Event", "firstTimestamp"),
+    (f"{CORE}.Event", "CoreV1Event", "count"),
+    (f"{CORE}.Event", "CoreV1Event", "type"),
+    (f"{CORE}.Event", "CoreV1Event", "reason"),
+    (f"{CORE}.Event", "CoreV1Event", "involvedObject"),
+    (f"{CORE}.Event", "CoreV1Event", "source"),
+    (f"{CORE}.Event", "CoreV1Event", "message"),
+    (f"{CORE}.ObjectReference", "V1ObjectReference", "fieldPath"),
+    (f"{CORE}.Secret", "V1Secret", "type"),
+    (f"{CORE}.Secret", "V1Secret", "data"),
+    (f"{CORE}.ConfigMap", "V1ConfigMap", "data"),
+    (f"{CORE}.ServiceAccount", "V1ServiceAccount", "secrets"),
+    (f"{CORE}.PersistentVolumeSpec", "V1PersistentVolumeSpec", "capacity"),
+    (f"{CORE}.PersistentVolumeSpec", "V1PersistentVolumeSpec", "accessModes"),
+    (f"{CORE}.PersistentVolumeSpec", "V1PersistentVolumeSpec", "persistentVolumeReclaimPolicy"),
+    (f"{CORE}.PersistentVolumeSpec", "V1PersistentVolumeSpec", "claimRef"),
+    (f"{CORE}.PersistentVolumeSpec", "V1PersistentVolumeSpec", "volumeMode"),
+    (f"{CORE}.PersistentVolumeStatus", "V1PersistentVolumeStatus", "phase"),
+    (f"{CORE}.PersistentVolumeStatus", "V1PersistentVolumeStatus", "reason"),
+    (f"{CORE}.PersistentVolumeClaimStatus", "V1PersistentVolumeClaimStatus", "phase"),
+    (f"{CORE}.PersistentVolumeClaimStatus", "V1PersistentVolumeClaimStatus", "capacity"),
+    (f"{CORE}.PersistentVolumeClaimStatus", "V1PersistentVolumeClaimStatus", "accessModes"),
+    (f"{CORE}.PersistentVolumeClaimSpec", "V1PersistentVolumeClaimSpec", "volumeName"),
+    (f"{CORE}.PersistentVolumeClaimSpec", "V1PersistentVolumeClaimSpec", "volumeMode"),
+    (f"{AUTOSCALING_V2}.HorizontalPodAutoscalerSpec", "V2HorizontalPodAutoscalerSpec", "scaleTargetRef"),
+    (f"{AUTOSCALING_V2}.HorizontalPodAutoscalerSpec", "V2HorizontalPodAutoscalerSpec", "metrics"),
+    (f"{AUTOSCALING_V2}.HorizontalPodAutoscalerSpec", "V2HorizontalPodAutoscalerSpec", "minReplicas"),
+    (f"{AUTOSCALING_V2}.HorizontalPodAutoscalerSpec", "V2HorizontalPodAutoscalerSpec", "maxReplicas"),
+    (f"{AUTOSCALING_V2}.HorizontalPodAutoscalerStatus", "V2HorizontalPodAutoscalerStatus", "currentReplicas"),
+    (f"{NETWORKING}.NetworkPolicySpec", "V1NetworkPolicySpec", "podSelector"),
+    (f"{RBAC}.RoleBinding", "V1RoleBinding", "roleRef"),
+    (f"{RBAC}.ClusterRoleBinding", "V1ClusterRoleBinding", "roleRef"),
+    (f"{CERTIFICATES}.CertificateSigningRequestSpec", "V1CertificateSigningRequestSpec", "signerName"),
+    (f"{CERTIFICATES}.CertificateSigningRequestSpec", "V1CertificateSigningRequestSpec", "request"),
+    (f"{CERTIFICATES}.CertificateSigningRequestSpec", "V1CertificateSigningRequestSpec", "expirationSeconds"),
+    (f"{CERTIFICATES}.CertificateSigningRequestStatus", "V1CertificateSigningRequestStatus", "conditions"),
+    (f"{COORD}.LeaseSpec", "V1LeaseSpec", "holderIdentity"),
+    (f"{STORAGE}.StorageClass", "V1StorageClass", "provisioner"),
+    (f"{STORAGE}.StorageClass", "V1StorageClass", "reclaimPolicy"),
+    (f"{STORAGE}.StorageClass", "V1StorageClass", "volumeBindingMode"),
+    (f"{STORAGE}.StorageClass", "V1StorageClass", "allowVolumeExpansion"),
+    (f"{STORAGE}.VolumeAttachmentSpec", "V1VolumeAttachmentSpec", "attacher"),
+    (f"{STORAGE}.VolumeAttachmentSpec", "V1VolumeAttachmentSpec", "nodeName"),
+    (f"{STORAGE}.VolumeAttachmentSource", "V1VolumeAttachmentSource", "persistentVolumeName"),
+    (f"{STORAGE}.VolumeAttachmentStatus", "V1VolumeAttachmentStatus", "attached"),
+    (f"{STORAGE}.CSIDriverSpec", "V1CSIDriverSpec", "attachRequired"),
+    (f"{STORAGE}.CSIDriverSpec", "V1CSIDriverSpec", "podInfoOnMount"),
+    (f"{STORAGE}.CSIDriverSpec", "V1CSIDriverSpec", "storageCapacity"),
+    (f"{STORAGE}.CSIDriverSpec", "V1CSIDriverSpec", "tokenRequests"),
+    (f"{STORAGE}.CSIDriverSpec", "V1CSIDriverSpec", "requiresRepublish"),
+    (f"{STORAGE}.CSIDriverSpec", "V1CSIDriverSpec", "volumeLifecycleModes"),
+    (f"{STORAGE}.CSIStorageCapacity", "V1CSIStorageCapacity", "storageClassName"),
+    (f"{STORAGE}.CSIStorageCapacity", "V1CSIStorageCapacity", "capacity"),
+    (f"{STORAGE}.VolumeAttributesClass", "V1VolumeAttributesClass", "driverName"),
+    (f"{SCHEDULING}.PriorityClass", "V1PriorityClass", "value"),
+    (f"{SCHEDULING}.PriorityClass", "V1PriorityClass", "globalDefault"),
+    (f"{SCHEDULING}.PriorityClass", "V1PriorityClass", "preemptionPolicy"),
+    (f"{DISCOVERY}.EndpointSlice", "V1EndpointSlice", "addressType"),
+    (f"{DISCOVERY}.EndpointSlice", "V1EndpointSlice", "ports"),
+    (f"{DISCOVERY}.EndpointSlice", "V1EndpointSlice", "endpoints"),
+    (f"{FLOWCONTROL}.PriorityLevelConfigurationReference", "V1PriorityLevelConfigurationReference", "name"),
+    (f"{FLOWCONTROL}.FlowSchemaSpec", "V1FlowSchemaSpec", "matchingPrecedence"),
+    (f"{FLOWCONTROL}.FlowSchemaSpec", "V1FlowSchemaSpec", "distinguisherMethod"),
+    (f"{FLOWCONTROL}.PriorityLevelConfigurationSpec", "V1PriorityLevelConfigurationSpec", "type"),
+    (
+        f"{FLOWCONTROL}.LimitedPriorityLevelConfiguration",
+        "V1LimitedPriorityLevelConfiguration",
+        "nominalConcurrencyShares",
+    ),
+    (f"{FLOWCONTROL}.QueuingConfiguration", "V1QueuingConfiguration", "queues"),
+    (f"{FLOWCONTROL}.QueuingConfiguration", "V1QueuingConfiguration", "handSize"),
+    (f"{FLOWCONTROL}.QueuingConfiguration", "V1QueuingConfiguration", "queueLengthLimit"),
+    (f"{RESOURCE}.ResourceSliceSpec", "V1ResourceSliceSpec", "nodeName"),
+    (f"{RESOURCE}.ResourceSliceSpec", "V1ResourceSliceSpec", "driver"),
+    (f"{RESOURCE}.ResourcePool", "V1ResourcePool", "name"),
+    (f"{META}.Status", "V1Status", "status"),
+    (f"{META}.Status", "V1Status", "reason"),
+]
+
+
+def lightkube_description(definition: str, wire: str) -> str | None:
+    """A field description from lightkube-models' docstrings, which keep the ones the client drops (fields
+    that are a ``$ref`` lose theirs in the client's models)."""
+    package, _, type_name = definition.rpartition(".")
+    group_version = "_".join(package.split(".")[-2:])  # io.k8s.api.apps.v1 -> apps_v1
+    module = importlib.import_module(f"lightkube.models.{group_version}")
+    doc = getattr(module, type_name).__doc__ or ""
+    m = re.search(rf"\* \*\*{re.escape(wire)}\*\* ``[^`]*`` - (.*?)(?=\n\s*\* \*\*|\Z)", doc, re.S)
+    if m is None:
+        return None
+    return " ".join(line.strip() for line in m.group(1).strip().splitlines())
+
+
+def table_descriptions() -> dict[str, str]:
+    """``<definition>.<field>`` -> the field's upstream description (wire facts: Tables carry them)."""
+    out: dict[str, str] = {}
+    for definition, cls_name, wire in TABLE_DESCRIPTIONS:
+        cls = getattr(client_models, cls_name)
+        python = {v: k for k, v in cls.attribute_map.items()}[wire]
+        description = cls.model_fields[python].description or lightkube_description(definition, wire)
+        if not description:
+            raise SystemExit(f"{cls_name}.{wire} has no description in the client or lightkube-models")
+        out[f"{definition}.{wire}"] = description
+    return out
+
+
 def gvk(group: str, version: str, kind: str) -> dict[str, str]:
     return {"group": group, "version": version, "kind": kind}
 
@@ -1019,6 +1557,10 @@ def generate() -> Schema:
         assert name is not None
         add_kind(cls_name, f"{package}.{name['name']}", [gvk(group, version, kind)], description)
         list_cls = cls_name + "List"
+        if not hasattr(client_models, list_cls) and name["prefix"]:
+            list_cls = (
+                cls_name[len(name["prefix"]) :] + "List"
+            )  # ResourceV1ResourceClaim -> V1ResourceClaimList
         if hasattr(client_models, list_cls):
             add_kind(
                 list_cls,
@@ -1028,6 +1570,10 @@ def generate() -> Schema:
             )
     for kind, cls_name, gvs, description in META_KINDS:
         add_kind(cls_name, f"{META}.{kind}", [gvk(g, v, kind) for g, v in gvs], description)
+    for definition, cls_name, description in PLAIN_DEFINITIONS:
+        gen.class_defs[cls_name] = definition
+        gen.add_class(cls_name, definition)
+        gen.schemas[definition]["description"] = description
 
     unused = set(TYPE_FACTS) - gen.used_facts
     if unused:
@@ -1039,7 +1585,7 @@ def generate() -> Schema:
         if definition not in gen.schemas:
             raise SystemExit(f"ATOMIC_STRUCTS names {definition}, which the walk never reached")
     kinds.sort(key=lambda k: (k["group"], k["version"], k["kind"]))
-    return {"schemas": gen.schemas, "kinds": kinds}
+    return {"schemas": gen.schemas, "kinds": kinds, "descriptions": table_descriptions()}
 
 
 def render(doc: Schema) -> str:

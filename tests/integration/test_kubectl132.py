@@ -263,14 +263,14 @@ def test_whoami_impersonated(k: Kubectl) -> None:
 
 
 def test_version_skew(k: Kubectl) -> None:
-    """`kubectl version`: 1.36 is within skew of the v1.35 server; 1.32 warns (upstream client behaviour)."""
+    """`kubectl version`: 1.36 matches the v1.36 server; 1.32 warns (upstream client behaviour)."""
     result = k.run("version")
-    assert re.search(r"^Server Version: v1\.35\.\d+$", result.out, re.M), result.out
+    assert re.search(r"^Server Version: v1\.36\.\d+$", result.out, re.M), result.out
     client = re.search(r"^Client Version: v1\.(\d+)\.", result.out, re.M)
     assert client is not None
     if client[1] == "32":
         assert result.stderr.strip() == (
-            "WARNING: version difference between client (1.32) and server (1.35) exceeds the supported "
+            "WARNING: version difference between client (1.32) and server (1.36) exceeds the supported "
             "minor version skew of +/-1"
         )
     else:

@@ -7,6 +7,7 @@ import json
 import os
 import time
 import urllib.parse
+import warnings
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -437,7 +438,10 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 
 async def _kr8s_api(server: APIServerProcess) -> Any:
-    return await kr8s.asyncio.api(kubeconfig=str(server.kubeconfig))
+    # kr8s 0.20 warns about any server newer than 1.35, a real 1.36 one included; the server reports 1.36.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Kubernetes version v1\.36\.\d+ is not supported")
+        return await kr8s.asyncio.api(kubeconfig=str(server.kubeconfig))
 
 
 async def _kr8s_close(api: Any) -> None:

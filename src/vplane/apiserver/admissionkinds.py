@@ -49,7 +49,7 @@ class MutatingAdmissionPolicyBindingStrategy(Strategy):
         return admissionregistration.validate_mutating_policy_binding(obj)
 
 
-def _kind(resource: str, kind: str, strategy: Strategy) -> ResourceType:
+def _kind(resource: str, kind: str, strategy: Strategy, storage_version: str = "") -> ResourceType:
     return ResourceType(
         GROUP,
         "v1",
@@ -59,6 +59,7 @@ def _kind(resource: str, kind: str, strategy: Strategy) -> ResourceType:
         categories=("api-extensions",),
         strategy=strategy,
         schema_definition=f"{_DEFINITIONS}.{kind}",
+        storage_version=storage_version,
     )
 
 
@@ -74,11 +75,19 @@ def types() -> list[ResourceType]:
             "ValidatingWebhookConfiguration",
             WebhookConfigurationStrategy(mutating=False),
         ),
-        _kind("mutatingadmissionpolicies", "MutatingAdmissionPolicy", MutatingAdmissionPolicyStrategy()),
+        # 1.36 serves the mutating policies as v1 but still stores them as v1beta1 (its storageVersionHash
+        # says so); objects here are v1 and need no conversion.
+        _kind(
+            "mutatingadmissionpolicies",
+            "MutatingAdmissionPolicy",
+            MutatingAdmissionPolicyStrategy(),
+            storage_version="v1beta1",
+        ),
         _kind(
             "mutatingadmissionpolicybindings",
             "MutatingAdmissionPolicyBinding",
             MutatingAdmissionPolicyBindingStrategy(),
+            storage_version="v1beta1",
         ),
     ]
 

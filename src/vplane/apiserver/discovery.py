@@ -13,23 +13,15 @@ from typing import Any
 
 import orjson
 
+from vplane.apiserver.kinds.apis import API_SERVICE_PRIORITIES
 from vplane.apiserver.registry import Registry, ResourceType
 
 AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
-BUILTIN_GROUP_ORDER = [
-    "",
-    "apiregistration.k8s.io",
-    "apps",
-    "events.k8s.io",
-    "authentication.k8s.io",
-    "authorization.k8s.io",
-    "batch",
-    "rbac.authorization.k8s.io",
-    "admissionregistration.k8s.io",
-    "apiextensions.k8s.io",
-    "coordination.k8s.io",
-]
+GROUP_PRIORITY = {group: priority for (group, _v), (priority, _vp) in API_SERVICE_PRIORITIES.items()}
+"""Built-in groups' ``groupPriorityMinimum``: discovery lists groups by it, highest first (as upstream
+does); groups not listed (custom resources) get 1000, as their automatic APIServices do upstream."""
+DEFAULT_GROUP_PRIORITY = 1000
 
 
 @dataclass
@@ -55,15 +47,14 @@ def wants_aggregated(accept: str) -> bool:
     return False
 
 
-def _group_order(name: str) -> tuple[int, str]:
-    try:
-        return (BUILTIN_GROUP_ORDER.index(name), name)
-    except ValueError:
-        return (len(BUILTIN_GROUP_ORDER), name)
+def _group_order(name: str, priority: int | None = None) -> tuple[int, str]:
+    if priority is None:
+        priority = GROUP_PRIORITY.get(name, DEFAULT_GROUP_PRIORITY)
+    return (-priority, name)
 
 
 def resource_entries(rtype: ResourceType) -> list[dict[str, Any]]:
-    """Legacy APIResource entries for a type and its subresources."""
+    """Legacy APIResource entries for a type and its subresources, keys in upstream's order."""
     main: dict[str, Any] = {
         "name": rtype.resource,
         "singularName": rtype.singular,
@@ -75,26 +66,30 @@ def resource_entries(rtype: ResourceType) -> list[dict[str, Any]]:
         main["shortNames"] = list(rtype.short_names)
     if rtype.categories:
         main["categories"] = list(rtype.categories)
+    if rtype.stored:
+        main["storageVersionHash"] = rtype.storage_version_hash
     out = [main]
     for sub in rtype.subresources.values():
         entry: dict[str, Any] = {
             "name": f"{rtype.resource}/{sub.name}",
             "singularName": "",
             "namespaced": rtype.namespaced,
-            "kind": sub.kind,
-            "verbs": sorted(sub.verbs),
         }
         if sub.group is not None:
             entry["group"] = sub.group
             entry["version"] = sub.version or ""
+        entry["kind"] = sub.kind
+        entry["verbs"] = sorted(sub.verbs)
         out.append(entry)
     return out
 
 
 def aggregated_resource(rtype: ResourceType) -> dict[str, Any]:
+    """An aggregated-discovery resource; ``responseKind`` leaves group and version empty where they are the
+    enclosing group/version's, as upstream does."""
     entry: dict[str, Any] = {
         "resource": rtype.resource,
-        "responseKind": {"group": rtype.group, "version": rtype.version, "kind": rtype.kind},
+        "responseKind": {"group": "", "version": "", "kind": rtype.kind},
         "scope": "Namespaced" if rtype.namespaced else "Cluster",
         "singularResource": rtype.singular,
         "verbs": sorted(rtype.verbs),
@@ -105,14 +100,14 @@ def aggregated_resource(rtype: ResourceType) -> dict[str, Any]:
         entry["categories"] = list(rtype.categories)
     subs = []
     for sub in rtype.subresources.values():
+        group = sub.group if sub.group is not None and sub.group != rtype.group else ""
+        version = sub.version if sub.version is not None and sub.version != rtype.version else ""
+        if group and not version:
+            version = sub.version or ""
         subs.append(
             {
                 "subresource": sub.name,
-                "responseKind": {
-                    "group": sub.group if sub.group is not None else rtype.group,
-                    "version": sub.version if sub.version is not None else rtype.version,
-                    "kind": sub.kind,
-                },
+                "responseKind": {"group": group, "version": version, "kind": sub.kind},
                 "verbs": sorted(sub.verbs),
             }
         )
@@ -155,18 +150,20 @@ class Discovery:
 
     def _groups(self) -> list[tuple[str, list[str]]]:
         local = self.registry.group_versions()
-        groups = [(g, v) for g, v in local.items() if g]
-        groups.sort(key=lambda gv: _group_order(gv[0]))
-        externals = sorted(self._externals(), key=lambda e: (-e.priority, e.name))
-        names = {g for g, _ in groups}
-        for ext in externals:
+        ordered: list[tuple[tuple[int, str], str, list[str]]] = [
+            (_group_order(g), g, list(v)) for g, v in local.items() if g
+        ]
+        names = {g for _, g, _ in ordered}
+        for ext in sorted(self._externals(), key=lambda e: (-e.priority, e.name)):
             if ext.name in names:
-                for i, (g, versions) in enumerate(groups):
+                for _, g, versions in ordered:
                     if g == ext.name:
-                        groups[i] = (g, versions + [v for v in ext.versions if v not in versions])
+                        versions.extend(v for v in ext.versions if v not in versions)
             else:
-                groups.append((ext.name, list(ext.versions)))
-        return groups
+                ordered.append((_group_order(ext.name, ext.priority), ext.name, list(ext.versions)))
+                names.add(ext.name)
+        ordered.sort(key=lambda entry: entry[0])
+        return [(g, v) for _, g, v in ordered]
 
     @staticmethod
     def _group_doc(name: str, versions: list[str]) -> dict[str, Any]:
@@ -200,12 +197,12 @@ class Discovery:
             resources: list[dict[str, Any]] = []
             for rtype in types:
                 resources.extend(resource_entries(rtype))
-            return {
-                "kind": "APIResourceList",
-                "apiVersion": "v1",
-                "groupVersion": f"{group}/{version}" if group else version,
-                "resources": resources,
-            }
+            doc: dict[str, Any] = {"kind": "APIResourceList"}
+            if group:
+                doc["apiVersion"] = "v1"  # upstream's core list has none
+            doc["groupVersion"] = f"{group}/{version}" if group else version
+            doc["resources"] = resources
+            return doc
 
         return self._memo(f"rl:{group}/{version}", build)
 

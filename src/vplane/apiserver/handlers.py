@@ -192,7 +192,7 @@ class ResourceHandlers:
             | set(rtype.strategy.supported_field_labels)
             | set(rtype.selectable_fields)
         )
-        fields.check_supported(field_sel, supported)
+        fields.check_supported(field_sel, supported, rtype.strategy.field_label_error)
         return label_sel, field_sel
 
     def field_values(self, rtype: ResourceType) -> Any:
@@ -239,7 +239,7 @@ class ResourceHandlers:
                 rtype, [obj], fmt.include_object, {"resourceVersion": str(kv.mod_revision)}
             )
             return json_response(orjson.dumps(table))
-        if rtype.is_custom and rtype.version != rtype.storage_version or fmt.yaml:
+        if rtype.converts or fmt.yaml:
             return object_response(self.objects.to_version(rtype, codec.decode_kv(kv)), fmt, 200, ctx)
         return json_response(codec.wire_bytes(kv))
 
@@ -330,11 +330,13 @@ class ResourceHandlers:
                 for kv, obj in selected
             ]
             return json_response(orjson.dumps(self.server.table(rtype, objs, fmt.include_object, list_meta)))
-        if fmt.yaml or (rtype.is_custom and rtype.version != rtype.storage_version):
+        if fmt.yaml or rtype.converts:
             items = [
                 self.objects.to_version(rtype, obj if obj is not None else codec.decode_kv(kv))
                 for kv, obj in selected
             ]
+            if not rtype.list_items_typed:
+                items = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in items]
             doc = {
                 "apiVersion": rtype.api_version,
                 "kind": rtype.list_kind,
@@ -343,7 +345,9 @@ class ResourceHandlers:
             }
             return object_response(doc, fmt, 200, ctx)
         head = orjson.dumps({"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": list_meta})
-        body = b"".join((head[:-1], b',"items":[', codec.join_wire([kv for kv, _ in selected]), b"]}"))
+        untyped = None if rtype.list_items_typed else codec.typed_prefix(rtype.kind, rtype.api_version)
+        items_bytes = codec.join_wire([kv for kv, _ in selected], untyped=untyped)
+        body = b"".join((head[:-1], b',"items":[', items_bytes, b"]}"))
         return json_response(body)
 
     # -- watch -----------------------------------------------------------------------------------
@@ -615,7 +619,7 @@ class ResourceHandlers:
         ctx: RequestContext,
     ) -> web.Response:
         """Serve what a write stored as its bytes when the request's version is the stored one (JSON)."""
-        if isinstance(result, KeyValue) and not fmt.yaml and rtype.version == rtype.storage_version:
+        if isinstance(result, KeyValue) and not fmt.yaml and not rtype.converts:
             return json_response(codec.wire_bytes(result), status, ctx)
         return object_response(self.objects.as_object(rtype, result), fmt, status, ctx)
 
@@ -752,15 +756,13 @@ class _TableState:
         return table
 
     def frame_kv(self, event_type: str, kv: KeyValue) -> bytes:
-        if not self.fmt.table and not self.rtype.is_custom:
+        if not self.fmt.table and not self.rtype.converts:
             return frame_bytes(event_type, codec.wire_bytes(kv))
         obj = self.handlers.objects.to_version(self.rtype, codec.decode_kv(kv))
         return frame_obj(event_type, self._table(obj) if self.fmt.table else obj)
 
     def frame_event(self, event_type: str, wevent: Any) -> bytes:
-        if not self.fmt.table and not (
-            self.rtype.is_custom and self.rtype.version != self.rtype.storage_version
-        ):
+        if not self.fmt.table and not self.rtype.converts:
             framed: bytes = wevent.frame(event_type)
             return framed
         obj = self.handlers.objects.to_version(self.rtype, dict(wevent.obj()))

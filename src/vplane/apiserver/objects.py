@@ -117,12 +117,20 @@ class ObjectStore:
 
     @staticmethod
     def _to_storage_version(rtype: ResourceType, obj: Obj) -> None:
-        if rtype.is_custom and rtype.version != rtype.storage_version:
+        if rtype.converter is not None:
+            converted = rtype.converter.to_storage(obj)
+            if converted is not obj:
+                obj.clear()
+                obj.update(converted)
+        elif rtype.is_custom and rtype.version != rtype.storage_version:
             obj["apiVersion"] = f"{rtype.group}/{rtype.storage_version}"
 
     @staticmethod
     def to_version(rtype: ResourceType, obj: Obj) -> Obj:
-        """Custom resources are stored in one version and served in any (conversion strategy None)."""
+        """Custom resources are stored in one version and served in any (conversion strategy None);
+        built-in kinds served in several versions convert through their type's converter."""
+        if rtype.converter is not None:
+            return rtype.converter.from_storage(obj)
         if rtype.is_custom and obj.get("apiVersion") != rtype.api_version:
             obj["apiVersion"] = rtype.api_version
         return obj
@@ -162,7 +170,7 @@ class ObjectStore:
             meta["generation"] = 1
         else:
             meta.pop("generation", None)
-        if rtype.has_status:
+        if rtype.has_status and rtype.strategy.reset_status_on_create:
             obj.pop("status", None)
         rtype.strategy.prepare_for_create(obj)
         self._default(ctx, rtype, obj)
@@ -462,7 +470,7 @@ class ObjectStore:
             else:
                 (new.get("spec") or {}).pop("finalizers", None)
             return new if new != old else None
-        if subresource == "status":
+        if subresource in rtype.strategy.status_subresources:
             status = new.get("status")
             new = {k: copy.deepcopy(v) for k, v in old.items() if k != "status"}
             if status is not None:
@@ -481,7 +489,10 @@ class ObjectStore:
             meta["generation"] = old_meta["generation"]
             if _spec_changed(old, new):
                 meta["generation"] = int(old_meta["generation"]) + 1
-        rtype.strategy.prepare_for_update(new, old)
+        if subresource:
+            rtype.strategy.prepare_for_subresource_update(subresource, new, old)
+        else:
+            rtype.strategy.prepare_for_update(new, old)
         self._default(ctx, rtype, new)
         if old_meta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
@@ -497,7 +508,7 @@ class ObjectStore:
                     ],
                     rtype.group,
                 )
-        self._validate(rtype, new, old)
+        self._validate(rtype, new, old, subresource)
         if not managed_by_apply:
             new = self._manage(ctx, rtype, old, new, subresource)
         if _same_ignoring_managed_time(old, new):
@@ -613,7 +624,7 @@ class ObjectStore:
             for text in structural.strict_errors(unknown, duplicates):
                 ctx.warn(text)
 
-    def _validate(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
+    def _validate(self, rtype: ResourceType, obj: Obj, old: Obj | None, subresource: str = "") -> None:
         meta = obj["metadata"]
         causes: list[Cause] = validation.validate_object_meta(
             meta, namespaced=rtype.namespaced, name_validator=rtype.strategy.name_validator
@@ -621,7 +632,10 @@ class ObjectStore:
         if rtype.crd_schema is not None:
             body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
             causes.extend(structural.validate(body, _without_metadata(rtype.crd_schema)))
-        causes.extend(rtype.strategy.validate(obj, old))
+        if old is None:
+            causes.extend(rtype.strategy.validate(obj, None))
+        else:
+            causes.extend(rtype.strategy.validate_update(obj, old, subresource))
         if causes:
             raise errors.invalid(
                 rtype.kind, str(meta.get("name") or meta.get("generateName") or ""), causes, rtype.group

@@ -24,6 +24,12 @@ from vplane.kube import openapi as builtin_openapi
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 STATUS = "io.k8s.apimachinery.pkg.apis.meta.v1.Status"
 DELETE_OPTIONS = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"
+API_VERSIONS = "io.k8s.apimachinery.pkg.apis.meta.v1.APIVersions"
+API_GROUP_LIST = "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroupList"
+API_GROUP = "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroup"
+VERSION_INFO = "io.k8s.apimachinery.pkg.version.Info"
+OPENAPI_VERSION = "v1.36.2"
+"""The version the documents' ``info`` reports (the Kubernetes version whose API they describe)."""
 PATCH_MEDIA = ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]
 SMP = "application/strategic-merge-patch+json"
 
@@ -72,23 +78,93 @@ class OpenAPI:
         self._docs[key] = (body, digest)
         return body, digest
 
+    def _discovery_document(self, key: str) -> tuple[bytes, str] | None:
+        """The documents of the discovery endpoints themselves (``/api/``, ``/apis/``, ``/apis/<g>/``,
+        ``/version/``), which upstream's root lists beside the group/versions."""
+        self._fresh()
+        cached = self._docs.get(key)
+        if cached is not None:
+            return cached
+        if key == "version":
+            path, operation, schema, tag = "/version/", "getCodeVersion", VERSION_INFO, "version"
+        elif key == "api":
+            path, operation, schema, tag = "/api/", "getCoreAPIVersions", API_VERSIONS, "core"
+        elif key == "apis":
+            path, operation, schema, tag = "/apis/", "getAPIVersions", API_GROUP_LIST, "apis"
+        elif key.startswith("apis/") and key.count("/") == 1:
+            group = key[len("apis/") :]
+            if group not in self.registry.group_versions() and not any(
+                k.startswith(f"{key}/") for k in self.external()
+            ):
+                return None
+            path, schema, tag = f"/{key}/", API_GROUP, group
+            operation = (
+                "get"
+                + "".join(p[:1].upper() + p[1:] for p in group.replace("-", ".").split("."))
+                + "APIGroup"
+            )
+        else:
+            return None
+        builtin = builtin_openapi.load_builtin()
+        doc = {
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes", "version": OPENAPI_VERSION},
+            "paths": {
+                path: {
+                    "get": {
+                        "tags": [tag],
+                        "description": "get available resources"
+                        if key != "version"
+                        else "get the version information for this server",
+                        "operationId": operation,
+                        "responses": {
+                            "200": {
+                                "description": "OK",
+                                "content": {
+                                    "application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}
+                                },
+                            },
+                            "401": {"description": "Unauthorized"},
+                        },
+                    }
+                }
+            },
+            "components": {"schemas": builtin.closure([schema])},
+        }
+        body = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+        found = (body, hashlib.sha512(body).hexdigest().upper())
+        self._docs[key] = found
+        return found
+
     def root(self) -> bytes:
         paths: dict[str, Any] = {}
         for key, (_body, digest) in self.external().items():
             paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest}"}
+        keys = ["api", "apis", "version"]
         for group, versions in self.registry.group_versions().items():
+            if group:
+                keys.append(f"apis/{group}")
             for version in versions:
                 doc = self.document(group, version)
                 if doc is not None:
                     key = self._path_key(group, version)
                     paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={doc[1]}"}
+        for key in list(paths):
+            if key.count("/") == 2 and key.startswith("apis/"):
+                keys.append(key.rsplit("/", 1)[0])
+        for key in keys:
+            found = self._discovery_document(key)
+            if found is not None:
+                paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={found[1]}"}
         return orjson.dumps({"paths": dict(sorted(paths.items()))})
 
     def serve(self, request: web.Request, parts: list[str]) -> web.StreamResponse:
         if parts == ["v3"]:
             return web.Response(body=self.root(), headers={"Content-Type": "application/json"})
-        if len(parts) >= 3 and parts[0] == "v3":
-            if parts[1] == "api" and len(parts) == 3:
+        if len(parts) >= 2 and parts[0] == "v3":
+            if len(parts) == 2 or (len(parts) == 3 and parts[1] == "apis"):
+                found = self._discovery_document("/".join(parts[1:]))
+            elif parts[1] == "api" and len(parts) == 3:
                 found = self.document("", parts[2])
             elif parts[1] == "apis" and len(parts) == 4:
                 found = self.external().get(f"apis/{parts[2]}/{parts[3]}") or self.document(
@@ -127,7 +203,7 @@ class OpenAPI:
                     components.update(builtin.closure([ref]))
         return {
             "openapi": "3.0.0",
-            "info": {"title": "Kubernetes", "version": "v1.34.1"},
+            "info": {"title": "Kubernetes", "version": OPENAPI_VERSION},
             "paths": paths,
             "components": {"schemas": components},
         }

@@ -9,9 +9,11 @@ change bumps :attr:`Registry.generation` so discovery and OpenAPI documents are 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vplane.kube import errors, validation
 from vplane.kube.errors import Cause
@@ -56,11 +58,31 @@ class Strategy:
         """Kind-specific validation; metadata is validated generically."""
         return []
 
+    def validate_update(self, obj: Obj, old: Obj, subresource: str) -> list[Cause]:
+        """Validation of an update through ``subresource`` (``""`` for the object itself)."""
+        return self.validate(obj, old)
+
+    def prepare_for_subresource_update(self, subresource: str, obj: Obj, old: Obj) -> None:
+        """What a write through a subresource other than ``status`` may change (default: as an update)."""
+        self.prepare_for_update(obj, old)
+
     def field_labels(self, obj: Obj) -> dict[str, str]:
-        """Fields usable in field selectors beyond ``metadata.name`` and ``metadata.namespace``."""
+        """Fields usable in field selectors beyond ``metadata.name`` and ``metadata.namespace``.
+
+        ``obj`` is the stored form (for kinds served in several versions, the storage version)."""
         return {}
 
     supported_field_labels: frozenset[str] = frozenset()
+
+    def field_label_error(self, label: str) -> str:
+        """The 400 message for an unsupported field selector (upstream words it per kind)."""
+        return f"field label not supported: {label}"
+
+    reset_status_on_create = True
+    """Whether a create drops the status a client sent (Node keeps it: kubelets create nodes with status)."""
+
+    status_subresources: frozenset[str] = frozenset({"status"})
+    """Subresources whose writes take ``status`` from the body and keep everything else."""
 
 
 DEFAULT_STRATEGY = Strategy()
@@ -73,6 +95,16 @@ class Subresource:
     verbs: tuple[str, ...]
     group: str | None = None
     version: str | None = None
+
+
+class Converter(Protocol):
+    """Converts objects between a served version and the storage version (built-in kinds served in
+    several versions, or in two groups sharing storage). Both directions are idempotent: an object
+    already in the target form is returned as is."""
+
+    def to_storage(self, obj: Obj) -> Obj: ...
+
+    def from_storage(self, obj: Obj) -> Obj: ...
 
 
 @dataclass
@@ -100,12 +132,21 @@ class ResourceType:
     """The version objects are stored in; other versions of a custom resource are converted on the way."""
     selectable_fields: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    storage_group: str | None = None
+    """The group objects are stored under when another group serves them too (events.k8s.io events
+    live with core events); None means this type's own group."""
+    converter: Converter | None = None
+    """Converts between this version and the storage version (built-in multi-version kinds)."""
+    storage_kind: str = ""
+    """The kind the storage version calls the objects (for ``storageVersionHash``)."""
 
     def __post_init__(self) -> None:
         if not self.singular:
             self.singular = self.kind.lower()
         if not self.storage_version:
             self.storage_version = self.version
+        if not self.storage_kind:
+            self.storage_kind = self.kind
 
     @property
     def api_version(self) -> str:
@@ -125,7 +166,27 @@ class ResourceType:
 
     @property
     def storage_prefix(self) -> str:
-        return f"/{self.group or 'core'}/{self.resource}/"
+        group = self.group if self.storage_group is None else self.storage_group
+        return f"/{group or 'core'}/{self.resource}/"
+
+    @property
+    def converts(self) -> bool:
+        """Whether stored objects differ from what this type serves (the stored bytes can't be relayed)."""
+        return self.converter is not None or (self.is_custom and self.version != self.storage_version)
+
+    @property
+    def list_items_typed(self) -> bool:
+        """Whether list items carry ``kind`` and ``apiVersion``: custom resources' do, built-in kinds' do not
+        (upstream encodes typed lists, whose items have an empty TypeMeta)."""
+        return self.is_custom
+
+    @property
+    def storage_version_hash(self) -> str:
+        """Upstream's ``storageVersionHash``: the first 8 bytes of SHA-256 of the storage group/version/kind,
+        base64; it changes only when the storage version does."""
+        group = self.group if self.storage_group is None else self.storage_group
+        text = f"{group}/{self.storage_version}/{self.storage_kind}"
+        return base64.b64encode(hashlib.sha256(text.encode()).digest()[:8]).decode()
 
     def key(self, namespace: str, name: str) -> str:
         if self.namespaced:
@@ -212,15 +273,22 @@ class Registry:
         )
 
     def unique_resources(self) -> list[ResourceType]:
-        """One type per stored group/resource (the preferred version), for whole-store sweeps."""
-        seen: dict[tuple[str, str], ResourceType] = {}
+        """One type per storage location (the preferred version of the owning group), for whole-store
+        sweeps; a resource another group also serves (events.k8s.io events) is swept once."""
+        seen: dict[str, ResourceType] = {}
         for t in self._types.values():
             if not t.stored:
                 continue
-            current = seen.get((t.group, t.resource))
-            if current is None or t.version == self.preferred_version(t.group):
-                seen[(t.group, t.resource)] = t
+            current = seen.get(t.storage_prefix)
+            if current is None or _better_sweeper(t, current, self.preferred_version(t.group)):
+                seen[t.storage_prefix] = t
         return list(seen.values())
+
+
+def _better_sweeper(candidate: ResourceType, current: ResourceType, preferred: str) -> bool:
+    if (candidate.storage_group is None) != (current.storage_group is None):
+        return candidate.storage_group is None
+    return candidate.version == preferred
 
 
 def version_sort_key(version: str) -> tuple[int, int, int, str]:

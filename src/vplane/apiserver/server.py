@@ -70,7 +70,7 @@ class APIServer:
         )
         self.cache = Cache(self.store, window=settings.history_window)
         self.registry = Registry()
-        builtin.install(self.registry)
+        builtin.install(self.registry, clock)
         self.hub = WatchHub()
         self.admission = Admission()
         self.schemas = SchemaSource(self.registry)
@@ -108,6 +108,7 @@ class APIServer:
             self.token_authenticators.append(self.delegate)
         self.admission.add(NamespaceLifecycle(self.namespaces))
         self.admission.add(EscalationPrevention(self.authorizer, self.authorize))
+        builtin.attach(self)
         self.dynamic_admission = webhooks.install(self)
         self._runner: web.ServerRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -267,6 +268,7 @@ class APIServer:
                     await self.objects.guaranteed_update(
                         ctx, rtype, namespace, obj["metadata"]["name"], _replace_data(obj["data"])
                     )
+        await builtin.bootstrap(self)
 
     async def _compactor(self) -> None:
         while True:
@@ -504,6 +506,10 @@ class APIServer:
         return {
             "major": major,
             "minor": minor,
+            "emulationMajor": major,
+            "emulationMinor": minor,
+            "minCompatibilityMajor": major,
+            "minCompatibilityMinor": str(max(int(minor) - 1, 0)),
             "gitVersion": version,
             "gitCommit": "vplane",
             "gitTreeState": "clean",
@@ -582,7 +588,7 @@ class APIServer:
             raise errors.not_found_path()
         if info.subresource and info.subresource not in rtype.subresources:
             raise errors.not_found_path()
-        if len(info.parts) > 3:
+        if len(info.parts) > 3 and info.subresource != "proxy":
             raise errors.not_found_path()
         verb = info.verb
         if verb not in rtype.verbs and not info.subresource:

@@ -39,7 +39,9 @@ class APIServerSettings(BaseModel):
     """Serve anonymous requests beyond health and version (off: they get 401)."""
     write_queue_limit: int = 2000
     """Writes in flight beyond this get 429 with Retry-After."""
-    kubernetes_version: str = "v1.35.3"
+    kubernetes_version: str = "v1.36.2"
+    """What ``/version`` reports (emulation and minimum compatibility versions follow from it, as a server
+    that emulates its own version answers)."""
     requestheader_client_ca_file: Path | None = None
     """CA of the front proxy whose ``X-Remote-*`` headers are trusted (default: this server's own)."""
     requestheader_allowed_names: list[str] = Field(default_factory=lambda: ["front-proxy-client"])

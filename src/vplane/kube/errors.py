@@ -438,3 +438,22 @@ def admission_policy_denied(
 def _go_quote(value: str) -> str:
     """``%q`` for the validated names these messages quote (DNS subdomains need no other escapes)."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def field_not_found(field: str, value: Any) -> Cause:
+    """A ``FieldValueNotFound`` cause (``field.NotFound``): a reference to something that does not exist."""
+    return {"reason": "FieldValueNotFound", "message": f"Not found: {_render_value(value)}", "field": field}
+
+
+def field_too_many(field: str, actual: int, limit: int) -> Cause:
+    """A ``FieldValueTooMany`` cause (``field.TooMany``)."""
+    return {
+        "reason": "FieldValueTooMany",
+        "message": f"Too many: {actual}: must have at most {limit} items",
+        "field": field,
+    }
+
+
+def field_internal(field: str, detail: str) -> Cause:
+    """A ``InternalError`` cause (``field.InternalError``)."""
+    return {"reason": "InternalError", "message": f"Internal error: {detail}", "field": field}

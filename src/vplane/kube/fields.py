@@ -8,7 +8,7 @@ compares as the empty string. Error texts are upstream's because kubectl prints 
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,11 +181,20 @@ def exact(fields: Mapping[str, str]) -> FieldSelector:
     return FieldSelector(Requirement(f, Operator.EQUALS, v) for f, v in fields.items())
 
 
-def check_supported(selector: FieldSelector, supported: Collection[str]) -> None:
+def unsupported_message(label: str) -> str:
+    """Upstream's default wording (``DefaultMetaV1FieldSelectorConversion``); some kinds word it their way."""
+    return f"field label not supported: {label}"
+
+
+def check_supported(
+    selector: FieldSelector,
+    supported: Collection[str],
+    message: Callable[[str], str] = unsupported_message,
+) -> None:
     """Reject the first field the resource cannot filter on, in upstream's words."""
     for r in selector.requirements:
         if r.field not in supported:
-            raise errors.bad_request(f"field label not supported: {r.field}")
+            raise errors.bad_request(message(r.field))
 
 
 def exact_value(selector: FieldSelector, field: str) -> str | None:

@@ -41,6 +41,8 @@ class BuiltinSchemas:
 
     schemas: dict[str, Schema]
     kinds: tuple[KindRef, ...]
+    descriptions: Mapping[str, str] = field(default_factory=dict)
+    """``<definition>.<field>`` -> upstream's description of the field (server-side Table columns use them)."""
     _by_gvk: dict[tuple[str, str, str], str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -69,7 +71,7 @@ def load_builtin() -> BuiltinSchemas:
         KindRef(group=k["group"], version=k["version"], kind=k["kind"], definition=k["definition"])
         for k in doc["kinds"]
     )
-    return BuiltinSchemas(schemas=doc["schemas"], kinds=kinds)
+    return BuiltinSchemas(schemas=doc["schemas"], kinds=kinds, descriptions=doc.get("descriptions", {}))
 
 
 def ref(definition: str) -> Schema:

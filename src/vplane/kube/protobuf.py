@@ -408,6 +408,51 @@ IngressStatus = 1 loadBalancer:IngressLoadBalancerStatus
 IngressLoadBalancerStatus = 1 ingress:[IngressLoadBalancerIngress]
 IngressLoadBalancerIngress = 1 ip, 2 hostname, 4 ports:[IngressPortStatus]
 IngressPortStatus = 1 port:int!, 2 protocol!, 3 error!
+# k8s.io/api/autoscaling/v1/generated.proto
+v1.HorizontalPodAutoscaler = 1 metadata:ObjectMeta, 2 spec:v1.HPASpec, 3 status:v1.HPAStatus
+v1.HPASpec = 1 scaleTargetRef:CrossVersionObjectReference, 2 minReplicas:int!, 3 maxReplicas:int!,
+    4 targetCPUUtilizationPercentage:int!
+CrossVersionObjectReference = 1 kind!, 2 name!, 3 apiVersion
+v1.HPAStatus = 1 observedGeneration:int!, 2 lastScaleTime:Time!, 3 currentReplicas:int!,
+    4 desiredReplicas:int!, 5 currentCPUUtilizationPercentage:int!
+# k8s.io/api/autoscaling/v2/generated.proto
+v2.HorizontalPodAutoscaler = 1 metadata:ObjectMeta, 2 spec:v2.HPASpec, 3 status:v2.HPAStatus
+v2.HPASpec = 1 scaleTargetRef:CrossVersionObjectReference, 2 minReplicas:int!, 3 maxReplicas:int!,
+    4 metrics:[MetricSpec], 5 behavior:HPABehavior
+MetricSpec = 1 type!, 2 object:ObjectMetricSource, 3 pods:PodsMetricSource, 4 resource:ResourceMetricSource,
+    7 containerResource:ContainerResourceMetricSource, 5 external:ExternalMetricSource
+HPABehavior = 1 scaleUp:HPAScalingRules, 2 scaleDown:HPAScalingRules
+HPAScalingRules = 3 stabilizationWindowSeconds:int!, 1 selectPolicy!, 2 policies:[HPAScalingPolicy],
+    4 tolerance:Quantity
+HPAScalingPolicy = 1 type!, 2 value:int!, 3 periodSeconds:int!
+ObjectMetricSource = 1 describedObject:CrossVersionObjectReference, 2 target:MetricTarget,
+    3 metric:MetricIdentifier
+PodsMetricSource = 1 metric:MetricIdentifier, 2 target:MetricTarget
+ResourceMetricSource = 1 name!, 2 target:MetricTarget
+ContainerResourceMetricSource = 1 name!, 2 target:MetricTarget, 3 container!
+ExternalMetricSource = 1 metric:MetricIdentifier, 2 target:MetricTarget
+MetricIdentifier = 1 name!, 2 selector:LabelSelector
+MetricTarget = 1 type!, 2 value:Quantity, 3 averageValue:Quantity, 4 averageUtilization:int!
+v2.HPAStatus = 1 observedGeneration:int!, 2 lastScaleTime:Time!, 3 currentReplicas:int, 4 desiredReplicas:int!,
+    5 currentMetrics:[MetricStatus]!, 6 conditions:[HPACondition]
+HPACondition = 1 type!, 2 status!, 3 lastTransitionTime:Time!, 4 reason, 5 message
+MetricStatus = 1 type!, 2 object:ObjectMetricStatus, 3 pods:PodsMetricStatus, 4 resource:ResourceMetricStatus,
+    7 containerResource:ContainerResourceMetricStatus, 5 external:ExternalMetricStatus
+ObjectMetricStatus = 1 metric:MetricIdentifier, 2 current:MetricValueStatus,
+    3 describedObject:CrossVersionObjectReference
+PodsMetricStatus = 1 metric:MetricIdentifier, 2 current:MetricValueStatus
+ResourceMetricStatus = 1 name!, 2 current:MetricValueStatus
+ContainerResourceMetricStatus = 1 name!, 2 current:MetricValueStatus, 3 container!
+ExternalMetricStatus = 1 metric:MetricIdentifier, 2 current:MetricValueStatus
+MetricValueStatus = 1 value:Quantity, 2 averageValue:Quantity, 3 averageUtilization:int!
+# k8s.io/api/certificates/v1/generated.proto
+CertificateSigningRequest = 1 metadata:ObjectMeta, 2 spec:CertificateSigningRequestSpec,
+    3 status:CertificateSigningRequestStatus
+CertificateSigningRequestSpec = 1 request:bytes!, 7 signerName!, 8 expirationSeconds:int!, 5 usages:[str],
+    2 username, 3 uid, 4 groups:[str], 6 extra:{Strings}
+CertificateSigningRequestStatus = 1 conditions:[CertificateSigningRequestCondition], 2 certificate:bytes
+CertificateSigningRequestCondition = 1 type!, 6 status!, 2 reason, 3 message, 4 lastUpdateTime:Time!,
+    5 lastTransitionTime:Time!
 """
 
 # (apiVersion, kind) -> message. DeleteOptions is added for every group version, as upstream registers it.
@@ -424,6 +469,9 @@ _ROOTS = {
     "policy/v1": "PodDisruptionBudget Eviction",
     "scheduling.k8s.io/v1": "PriorityClass",
     "networking.k8s.io/v1": "Ingress",
+    "autoscaling/v1": "HorizontalPodAutoscaler=v1.HorizontalPodAutoscaler",
+    "autoscaling/v2": "HorizontalPodAutoscaler=v2.HorizontalPodAutoscaler",
+    "certificates.k8s.io/v1": "CertificateSigningRequest",
     "meta.k8s.io/v1": "",
 }
 

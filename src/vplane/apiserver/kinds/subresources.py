@@ -1,0 +1,496 @@
+"""Subresources with their own semantics: scale, eviction, binding, the proxies and connect verbs, and the
+computed ComponentStatus list.
+
+Registered through the server's extension points (``subresource_handlers``, ``resource_interceptors``,
+``create_handler``), so the generic handlers stay untouched. Subresources that are a restricted update
+of the object itself (status, ephemeralcontainers, resize, approval) need no handler: the generic update
+path passes the subresource to the kind's strategy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from vplane.apiserver import codec, timeutil
+from vplane.apiserver.context import RequestContext
+from vplane.apiserver.handlers import add_warnings, json_response, object_response, response_format
+from vplane.apiserver.kinds.common import d, lst
+from vplane.apiserver.objects import DeleteOptions, patch_types_for
+from vplane.apiserver.registry import ResourceType
+from vplane.kube import errors, labels, patch, tables
+from vplane.kube.objects import Obj
+from vplane.kube.requestinfo import RequestInfo
+
+if TYPE_CHECKING:
+    from vplane.apiserver.server import APIServer
+
+DISRUPTION_BUDGET_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
+MAX_DISRUPTED_PODS = 2000
+"""Upstream's ``MaxDisruptedPodSize``: evictions the PDB controller has not yet confirmed."""
+EVICTION_RETRIES = 20
+COMPONENTS = ("scheduler", "controller-manager", "etcd-0")
+COMPONENT_STATUS_WARNING = "v1 ComponentStatus is deprecated in v1.19+"
+
+
+def success_status(code: int) -> Obj:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+
+
+# -- scale ----------------------------------------------------------------------------------------
+
+
+def selector_text(rtype: ResourceType, obj: Obj) -> str:
+    """``status.selector`` of a Scale: the label selector as a string (a map for ReplicationControllers)."""
+    selector = d(obj.get("spec")).get("selector")
+    if not rtype.group:
+        return str(labels.exact({str(k): str(v) for k, v in d(selector).items()})) if selector else ""
+    if not isinstance(selector, dict):
+        return ""
+    return tables.selector_string(selector)
+
+
+def scale_of(rtype: ResourceType, obj: Obj) -> Obj:
+    meta = d(obj.get("metadata"))
+    scale_meta: Obj = {"name": meta.get("name")}
+    for key in ("namespace", "uid", "resourceVersion", "creationTimestamp"):
+        if meta.get(key) is not None:
+            scale_meta[key] = meta[key]
+    status: Obj = {"replicas": int(d(obj.get("status")).get("replicas") or 0)}
+    selector = selector_text(rtype, obj)
+    if selector:
+        status["selector"] = selector
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": scale_meta,
+        "spec": {"replicas": int(d(obj.get("spec")).get("replicas") or 0)},
+        "status": status,
+    }
+
+
+class Subresources:
+    def __init__(self, server: APIServer) -> None:
+        self.server = server
+        self.objects = server.objects
+        self.registry = server.registry
+
+    def attach(self) -> None:
+        handlers = self.server.subresource_handlers
+        for group, resource in (
+            ("apps", "deployments"),
+            ("apps", "replicasets"),
+            ("apps", "statefulsets"),
+            ("", "replicationcontrollers"),
+        ):
+            handlers[(group, resource, "scale")] = self.scale
+        handlers[("", "pods", "eviction")] = self.eviction
+        handlers[("", "pods", "binding")] = self.pod_binding
+        # pods exec, attach and portforward: Reviews.pod_stream_handler (container checks, node runtime seam)
+        handlers[("", "pods", "proxy")] = self.pod_proxy
+        handlers[("", "services", "proxy")] = self.service_proxy
+        handlers[("", "nodes", "proxy")] = self.node_proxy
+        bindings = self.registry.get("", "v1", "bindings")
+        if bindings is not None:
+            bindings.create_handler = self.create_binding
+        self.server.resource_interceptors.append(self.component_statuses)
+
+    # -- scale --------------------------------------------------------------------------------------
+
+    async def scale(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        fmt = response_format(request)
+        _kv, current = self.objects.must_get(rtype, info.namespace, info.name)
+        if info.verb == "get":
+            return object_response(scale_of(rtype, current), fmt, 200, ctx)
+        body = await self.server.read_body(request)
+        if info.verb == "patch":
+            content_type = codec.media_type(request.headers.get("Content-Type"))
+            allowed = patch_types_for(rtype)
+            if content_type not in allowed:
+                raise errors.unsupported_media_type(content_type, allowed)
+            value, _ = codec.decode_body(body, content_type, allowed=allowed)
+            wanted = _patched_scale(scale_of(rtype, current), content_type, value)
+            user_rv = ""
+        else:
+            value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""))
+            wanted = codec.require_object(value)
+            kind, api_version = wanted.get("kind"), wanted.get("apiVersion")
+            if (
+                kind
+                and kind != "Scale"
+                or api_version
+                and api_version not in ("autoscaling/v1", "extensions/v1beta1", "apps/v1beta2")
+            ):
+                raise errors.bad_request(
+                    f"the kind of the provided object ({kind}) does not match the kind of the request (Scale)"
+                )
+            user_rv = str(d(wanted.get("metadata")).get("resourceVersion") or "")
+        name = d(wanted.get("metadata")).get("name")
+        if name and name != info.name:
+            raise errors.bad_request(
+                f"the name of the object ({name}) does not match the name on the URL ({info.name})"
+            )
+        replicas = d(wanted.get("spec")).get("replicas", 0)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid(
+                "Scale",
+                info.name,
+                [errors.field_invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
+                "autoscaling",
+            )
+
+        def mutate(obj: Obj) -> Obj:
+            obj.setdefault("spec", {})["replicas"] = replicas
+            obj["metadata"].pop("resourceVersion", None)
+            return obj
+
+        updated = await self.objects.guaranteed_update(
+            ctx, rtype, info.namespace, info.name, mutate, user_rv=user_rv, subresource="scale"
+        )
+        return object_response(scale_of(rtype, updated), fmt, 200, ctx)
+
+    # -- eviction -----------------------------------------------------------------------------------
+
+    async def eviction(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        if info.verb != "create":
+            raise errors.method_not_allowed()
+        body = await self.server.read_body(request)
+        value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""))
+        eviction = codec.require_object(value)
+        name = d(eviction.get("metadata")).get("name")
+        if name and name != info.name:
+            raise errors.bad_request("name in URL does not match name in Eviction object")
+        options = DeleteOptions.from_body(d(eviction.get("deleteOptions")), "", ctx.dry_run)
+        for _ in range(EVICTION_RETRIES):
+            kv, pod = self.objects.must_get(rtype, info.namespace, info.name)
+            if not self._ignores_budgets(pod):
+                budget = await self._check_budgets(ctx, pod)
+                if budget == "retry":
+                    continue
+                if budget == "checked" and not options.precondition_rv:
+                    options.precondition_rv = str(kv.mod_revision)
+            try:
+                await self.objects.delete(ctx, rtype, info.namespace, info.name, options)
+            except errors.StatusError as exc:
+                if exc.code == 409 and options.precondition_rv == str(kv.mod_revision):
+                    options.precondition_rv = ""
+                    continue
+                raise
+            return json_response(orjson.dumps(success_status(201)), 201, ctx)
+        raise errors.too_many_requests(DISRUPTION_BUDGET_MESSAGE, 1)
+
+    @staticmethod
+    def _ignores_budgets(pod: Obj) -> bool:
+        """Pods that are being deleted, have ended or never started are evicted without a budget check."""
+        if d(pod.get("metadata")).get("deletionTimestamp"):
+            return True
+        return d(pod.get("status")).get("phase") in ("Succeeded", "Failed", "Pending")
+
+    async def _check_budgets(self, ctx: RequestContext, pod: Obj) -> str:
+        """'none' (no budget covers the pod), 'checked' (one allowed it and was decremented), 'retry' (the
+        budget changed meanwhile); raises when eviction is refused."""
+        pdb_type = self.registry.get("policy", "v1", "poddisruptionbudgets")
+        if pdb_type is None:
+            return "none"
+        meta = d(pod.get("metadata"))
+        pod_labels = {str(k): str(v) for k, v in d(meta.get("labels")).items()}
+        matching = []
+        for pdb in self.objects.list(pdb_type, str(meta.get("namespace", ""))):
+            selector = d(pdb.get("spec")).get("selector")
+            if selector is None:
+                continue
+            try:
+                if labels.from_label_selector(selector).matches(pod_labels):
+                    matching.append(pdb)
+            except errors.StatusError:
+                continue
+        if not matching:
+            return "none"
+        if len(matching) > 1:
+            raise errors.internal_error(
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+            )
+        pdb = matching[0]
+        pdb_meta, spec, status = d(pdb.get("metadata")), d(pdb.get("spec")), d(pdb.get("status"))
+        pdb_name = str(pdb_meta.get("name", ""))
+        ready = any(
+            d(c).get("type") == "Ready" and d(c).get("status") == "True"
+            for c in lst(d(pod.get("status")).get("conditions"))
+        )
+        if not ready:
+            policy = spec.get("unhealthyPodEvictionPolicy") or "IfHealthyBudget"
+            desired, healthy = int(status.get("desiredHealthy") or 0), int(status.get("currentHealthy") or 0)
+            if policy == "AlwaysAllow" or (healthy >= desired > 0):
+                return "none"
+        if int(status.get("observedGeneration") or 0) < int(pdb_meta.get("generation") or 0):
+            raise _budget_refusal(f"The disruption budget {pdb_name} is still being processed by the server.")
+        allowed = int(status.get("disruptionsAllowed") or 0)
+        if allowed < 0:
+            raise errors.forbidden(
+                "pods", "", str(meta.get("name", "")), "pdb disruptions allowed is negative"
+            )
+        if len(d(status.get("disruptedPods"))) > MAX_DISRUPTED_PODS:
+            raise errors.forbidden(
+                "pods",
+                "",
+                str(meta.get("name", "")),
+                "DisruptedPods map too big - too many evictions not confirmed by PDB controller",
+            )
+        if allowed == 0:
+            raise _budget_refusal(
+                f"The disruption budget {pdb_name} needs {int(status.get('desiredHealthy') or 0)} healthy pods "
+                f"and has {int(status.get('currentHealthy') or 0)} currently"
+            )
+        if ctx.dry_run:
+            return "checked"
+        now = timeutil.rfc3339(self.server.clock())
+        pod_name = str(meta.get("name", ""))
+
+        def decrement(current: Obj) -> Obj:
+            current_status = current.setdefault("status", {})
+            if int(current_status.get("disruptionsAllowed") or 0) != allowed:
+                raise _Changed()
+            current_status["disruptionsAllowed"] = allowed - 1
+            current_status.setdefault("disruptedPods", {})[pod_name] = now
+            if allowed - 1 == 0:
+                conditions = [
+                    c
+                    for c in lst(current_status.get("conditions"))
+                    if d(c).get("type") != "DisruptionAllowed"
+                ]
+                conditions.append(
+                    {
+                        "type": "DisruptionAllowed",
+                        "status": "False",
+                        "reason": "InsufficientPods",
+                        "message": "",
+                        "observedGeneration": pdb_meta.get("generation"),
+                        "lastTransitionTime": now,
+                    }
+                )
+                current_status["conditions"] = conditions
+            current["metadata"].pop("resourceVersion", None)
+            return current
+
+        try:
+            await self.objects.guaranteed_update(
+                self.server.system_context(),
+                pdb_type,
+                str(pdb_meta.get("namespace", "")),
+                pdb_name,
+                decrement,
+                subresource="status",
+            )
+        except _Changed:
+            return "retry"
+        return "checked"
+
+    # -- binding ------------------------------------------------------------------------------------
+
+    async def pod_binding(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        if info.verb != "create":
+            raise errors.method_not_allowed()
+        body = await self.server.read_body(request)
+        value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""))
+        binding = codec.require_object(value)
+        name = d(binding.get("metadata")).get("name")
+        if name and name != info.name:
+            raise errors.bad_request("name in URL does not match name in Binding object")
+        binding.setdefault("metadata", {})["name"] = info.name
+        result = await self._bind(ctx, info.namespace, binding)
+        return json_response(orjson.dumps(result), 201, ctx)
+
+    async def create_binding(self, ctx: RequestContext, obj: Obj) -> Obj:
+        return await self._bind(ctx, ctx.info.namespace, obj)
+
+    async def _bind(self, ctx: RequestContext, namespace: str, binding: Obj) -> Obj:
+        meta = d(binding.get("metadata"))
+        pod_name = str(meta.get("name") or "")
+        target = d(binding.get("target"))
+        causes = []
+        if target.get("kind") not in (None, "", "Node"):
+            causes.append(errors.field_not_supported("target.kind", target.get("kind"), ["Node", "<empty>"]))
+        if not target.get("name"):
+            causes.append(errors.field_required("target.name"))
+        if not pod_name:
+            causes.append(errors.field_required("metadata.name", "name or generateName is required"))
+        if causes:
+            raise errors.invalid("Binding", pod_name, causes)
+        pods = self.registry.get("", "v1", "pods")
+        assert pods is not None
+        node = str(target["name"])
+        annotations = d(meta.get("annotations"))
+
+        def assign(pod: Obj) -> Obj:
+            pod_meta = pod["metadata"]
+            if pod_meta.get("deletionTimestamp"):
+                raise errors.conflict(
+                    "pods/binding",
+                    pod_name,
+                    reason=f"pod {pod_name} is being deleted, cannot be assigned to a host",
+                )
+            current = d(pod.get("spec")).get("nodeName")
+            if current:
+                raise errors.conflict(
+                    "pods/binding", pod_name, reason=f'pod {pod_name} is already assigned to node "{current}"'
+                )
+            pod.setdefault("spec", {})["nodeName"] = node
+            if annotations:
+                pod_meta.setdefault("annotations", {}).update(annotations)
+            pod_meta.pop("resourceVersion", None)
+            return pod
+
+        if ctx.dry_run:
+            self.objects.must_get(pods, namespace, pod_name)
+        else:
+            await self.objects.guaranteed_update(
+                ctx, pods, namespace, pod_name, assign, subresource="binding"
+            )
+        return success_status(201)
+
+    # -- connect and proxy --------------------------------------------------------------------------
+
+    def _kubelet_unreachable(self, node_name: str) -> web.StreamResponse:
+        nodes = self.registry.get("", "v1", "nodes")
+        assert nodes is not None
+        node = self.objects.get(nodes, "", node_name)
+        if node is None:
+            raise errors.not_found("nodes", node_name)
+        addresses = lst(d(node.get("status")).get("addresses"))
+        if not addresses:
+            raise errors.bad_request("no preferred addresses found; known addresses: []")
+        raise _unreachable(str(d(addresses[0]).get("address")))
+
+    async def pod_proxy(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        _kv, pod = self.objects.must_get(rtype, info.namespace, info.name.split(":")[0])
+        ip = d(pod.get("status")).get("podIP")
+        if not ip:
+            raise errors.bad_request("address not allowed")
+        raise _unreachable(f"{ip}")
+
+    async def service_proxy(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        pieces = info.name.split(":")
+        port_name = ""
+        if len(pieces) == 3:
+            _scheme, name, port_name = pieces
+        elif len(pieces) == 2:
+            name, port_name = pieces
+        else:
+            name = pieces[0]
+        self.objects.must_get(rtype, info.namespace, name)
+        endpoints_type = self.registry.get("", "v1", "endpoints")
+        assert endpoints_type is not None
+        endpoints = self.objects.get(endpoints_type, info.namespace, name) or {}
+        for subset in lst(endpoints.get("subsets")):
+            addresses = lst(d(subset).get("addresses"))
+            for ep_port in lst(d(subset).get("ports")):
+                wanted = not port_name or port_name in (
+                    str(d(ep_port).get("name")),
+                    str(d(ep_port).get("port")),
+                )
+                if addresses and wanted:
+                    raise _unreachable(f"{d(addresses[0]).get('ip')}:{d(ep_port).get('port')}")
+        raise errors.service_unavailable(f'no endpoints available for service "{name}"')
+
+    async def node_proxy(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        _kv, node = self.objects.must_get(rtype, "", info.name.split(":")[0])
+        addresses = lst(d(node.get("status")).get("addresses"))
+        if not addresses:
+            raise errors.bad_request("no preferred addresses found; known addresses: []")
+        raise _unreachable(str(d(addresses[0]).get("address")))
+
+    # -- componentstatuses --------------------------------------------------------------------------
+
+    async def component_statuses(
+        self, request: web.Request, ctx: RequestContext
+    ) -> web.StreamResponse | None:
+        path = request.path
+        if not path.startswith("/api/v1/componentstatuses"):
+            return None
+        info = ctx.info
+        rtype = self.registry.get("", "v1", "componentstatuses")
+        if rtype is None or info.resource != "componentstatuses" or info.subresource:
+            return None
+        if info.verb not in ("get", "list"):
+            raise errors.method_not_allowed()
+        ctx.warn(COMPONENT_STATUS_WARNING)
+        healthy = self.server.ready
+        items = [_component(name, healthy) for name in COMPONENTS]
+        fmt = response_format(request)
+        if info.name:
+            found = [i for i in items if i["metadata"]["name"] == info.name]
+            if not found:
+                raise errors.not_found("componentstatuses", info.name)
+            items = found
+        if fmt.table:
+            table = self.server.table(rtype, items, fmt.include_object, {"resourceVersion": ""})
+            resp = json_response(orjson.dumps(table))
+            add_warnings(resp, ctx)
+            return resp
+        if info.name:
+            return object_response(items[0], fmt, 200, ctx)
+        doc = {
+            "kind": "ComponentStatusList",
+            "apiVersion": "v1",
+            "metadata": {},
+            "items": [{k: v for k, v in i.items() if k not in ("kind", "apiVersion")} for i in items],
+        }
+        return object_response(doc, fmt, 200, ctx)
+
+
+def _component(name: str, healthy: bool) -> Obj:
+    condition: Obj = {"type": "Healthy", "status": "True" if healthy else "False"}
+    if healthy:
+        condition["message"] = "ok"
+    else:
+        condition["error"] = "the API server is not ready"
+    return {
+        "kind": "ComponentStatus",
+        "apiVersion": "v1",
+        "metadata": {"name": name},
+        "conditions": [condition],
+    }
+
+
+def _unreachable(address: str) -> errors.StatusError:
+    """What a connection to a pod, service endpoint or kubelet answers while no node runtime serves this
+    cluster. The API server deliberately opens no connection to addresses that objects name: a tenant could
+    otherwise point an Endpoints object at the platform host's own network."""
+    return errors.service_unavailable(
+        f"error trying to reach {address}: no node runtime serves this cluster yet"
+    )
+
+
+class _Changed(Exception):
+    """The budget changed between the check and the write: check again."""
+
+
+def _budget_refusal(message: str) -> errors.StatusError:
+    return errors.StatusError(
+        429,
+        "TooManyRequests",
+        DISRUPTION_BUDGET_MESSAGE,
+        details={"causes": [{"reason": "DisruptionBudget", "message": message}]},
+    )
+
+
+def _patched_scale(scale: Obj, content_type: str, value: Any) -> Obj:
+    if content_type == codec.JSON_PATCH:
+        return patch.apply_json_patch(scale, value)
+    if content_type == codec.MERGE_PATCH or content_type == codec.APPLY_PATCH:
+        return patch.apply_merge_patch_to_object(scale, codec.require_object(value))
+    return patch.apply_strategic_merge_patch(scale, codec.require_object(value), None)
