@@ -458,9 +458,11 @@ class _Connection:
                     self.schedule(transport)
             elif isinstance(event, frames.StreamEnded):
                 transport = self.transports.get(event.stream_id)
-                if not self.mux.has_stream(event.stream_id):
-                    self.transports.pop(event.stream_id, None)
                 if transport is not None:
+                    # Both sides closed: the stream is done. (Gone from the mux without our CLOSE means a
+                    # RESET follows in this batch; its handler still needs the transport.)
+                    if transport._eof_sent and not self.mux.has_stream(event.stream_id):
+                        self.transports.pop(event.stream_id, None)
                     transport._feed_eof()
             elif isinstance(event, frames.StreamReset):
                 transport = self.transports.pop(event.stream_id, None)
