@@ -193,11 +193,13 @@ class CheckedResolver(AbstractResolver):
     ) -> None:
         self.policy = policy
         self._host_address = host_address
-        self._inner = aiohttp.ThreadedResolver()
+        self._inner: aiohttp.ThreadedResolver | None = None  # it binds to the running loop
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_UNSPEC
     ) -> list[ResolveResult]:
+        if self._inner is None:
+            self._inner = aiohttp.ThreadedResolver()
         results = await self._inner.resolve(host, port, family)
         if self.policy.restricted and not self.policy.exempt(host, port):
             self.check(host, port, (r["host"] for r in results))
@@ -214,7 +216,8 @@ class CheckedResolver(AbstractResolver):
                 raise _refused(host, port, why)
 
     async def close(self) -> None:
-        await self._inner.close()
+        if self._inner is not None:
+            await self._inner.close()
 
 
 @dataclass

@@ -894,6 +894,7 @@ class NodeSession:
                 max_msg_size=s.max_message_bytes,
                 timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=s.close_grace_seconds),
             )
+        transport = _ws_transport(ws)
         tasks: list[asyncio.Task[None]] = []
         conn: _Connection | None = None
         try:
@@ -978,6 +979,11 @@ class NodeSession:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(s.close_grace_seconds):
                     await ws.close()
+            # The WebSocket close handshake is done; aiohttp would still wait (up to 30 s) for the
+            # platform's TLS close_notify, which a closed session has no use for, and which would leave
+            # the socket open past close().
+            if transport is not None:
+                transport.abort()
 
     async def _reader(self, conn: _Connection, heard: list[float]) -> None:
         ws, mux = conn.ws, conn.mux
@@ -1005,6 +1011,12 @@ class NodeSession:
                 return
             conn.mux.send_control(FrameType.HEARTBEAT)
             conn.kick()
+
+
+def _ws_transport(ws: aiohttp.ClientWebSocketResponse) -> asyncio.Transport | None:
+    """The transport under a client WebSocket (aiohttp keeps its connection on ``_conn``)."""
+    transport = getattr(getattr(ws, "_conn", None), "transport", None)
+    return transport if isinstance(transport, asyncio.Transport) else None
 
 
 # -- reader/writer streams ---------------------------------------------------------------------------
