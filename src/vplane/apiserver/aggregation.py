@@ -255,7 +255,8 @@ class Aggregator:
         server.discovery.external = self.external_groups
         server.openapi.external = self.openapi_documents
         server.hub.on_event.append(self.on_event)
-        server.admission.add(_TLSAdmission(self))
+        if self.policy.restricted:
+            server.admission.add(_TLSAdmission(self))
 
     def allow_backend(self, host: str, port: int) -> None:
         """Exempt ``host:port`` from the backend policy: a backend this process serves itself (the tenant's

@@ -787,6 +787,15 @@ class Coordinator:
                 omitted=omitted,
                 budget=session.limits.max_control_frame_bytes,
             )
+            if pages.dropped and not complete:
+                # The node may hold an older version of a peer left out now: replace its map whole.
+                pages = netmap.paginate(
+                    session.netmap_seq,
+                    complete=True,
+                    entries=new,
+                    omitted=omitted,
+                    budget=session.limits.max_control_frame_bytes,
+                )
             for peer_id in pages.dropped:
                 log.warning(
                     "mesh peer entry larger than a node's netmap page; left out", node=info.id, peer=peer_id

@@ -17,6 +17,12 @@ WINDOW_UPDATE as the receiver *consumes* data (not merely receives it). A stream
 out of credit and stops; the session and every other stream keep moving. The relay checks the same
 credits, so it never queues more for a stream than the receiver granted.
 
+Closing follows TCP. CLOSE is a half-close (``write_eof``: no more data from this side). A full close
+(closing the socket) is CLOSE then RESET (``Mux.finish_stream``): the other side gets everything sent,
+its end, then the loss (``StreamReset.after_close``), and the stream's slot is free at once on both nodes
+and in the relay instead of lingering half-open until the other side happens to close or write. RESET
+alone aborts (a close with data left unread, TCP's RST).
+
 ``Mux`` is the node's half (h2's ``H2Connection`` shape: feed bytes in, get events back, collect bytes
 to send); ``Relay`` is the coordinator's stream table. Both are plain state machines, tested without
 sockets.
