@@ -33,7 +33,7 @@ from vplane.mesh import (
     tls_server_context,
 )
 from vplane.mesh.coordinator import AuthenticationError, VisibilityPolicy, all_peers
-from vplane.mesh.frames import FrameType, control, encode
+from vplane.mesh.frames import FrameType, control, decode_message, encode
 from vplane.support import tls
 
 SETTINGS = MeshSettings(
@@ -170,6 +170,15 @@ async def until(predicate: Callable[[], bool], node: NodeSession) -> None:
             if predicate():
                 return
     assert predicate(), "the session ended before the condition held"
+
+
+async def poll(predicate: Callable[[], bool]) -> None:
+    """Wait for a condition no netmap announces (a refusal, a stream ending), checking every 10 ms."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            if predicate():
+                return
+            await asyncio.sleep(0.01)
 
 
 async def sees(node: NodeSession, peer: NodeSession) -> None:
@@ -562,14 +571,112 @@ async def test_heartbeat_timeout_marks_a_silent_node_offline() -> None:
         assert watcher.connected and watcher.registrations == 1
 
 
-async def test_a_second_session_for_the_same_node_replaces_the_first(mesh: Harness) -> None:
+async def test_a_second_session_for_a_live_node_is_refused(mesh: Harness) -> None:
+    """A second session for a node whose session is alive does not take over (it would receive the
+    callers' streams meant for the first): it is refused, retries, and registers once the first ends."""
     first = await mesh.node("key-a", "same")
-    second = await mesh.node("key-a", "same")
-    assert first.node_id == second.node_id
+    second = await mesh.node("key-a", "same", ready=False)
+    await poll(lambda: second.last_error is not None)
+    assert 'node "same" of loft:vcluster:p-default:tenant-a already has a live session' in (
+        second.last_error or ""
+    )
+    assert first.connected and first.registrations == 1 and second.registrations == 0
     [info] = mesh.platform.coord.nodes()
     assert info.online
-    # Newest wins: the first session was closed and its node reconnected by itself.
-    await until(lambda: first.registrations >= 2, first)
+    await first.close()
+    await until(lambda: second.connected, second)
+    assert second.node_id == first.node_id and second.last_error is None
+
+
+async def test_the_resume_secret_lets_a_node_replace_its_own_stale_session(mesh: Harness) -> None:
+    """A node that noticed its path die before the coordinator did comes back at once: the secret from its
+    registration proves the session is its own. Without it the registration is refused."""
+    http = aiohttp.ClientSession()
+    mesh.stack.push_async_callback(http.close)
+    hello = {"key": "key-a", "hostname": "h", "labels": {}, "endpoints": []}
+    old = await http.ws_connect(mesh.platform.url + "/coordinator/session")
+    mesh.stack.push_async_callback(old.close)
+    await old.send_bytes(encode(control(FrameType.HELLO, hello)))
+    [registered] = decode_message((await old.receive()).data)[:1]
+    secret = registered.json()["resume"]
+    for attempt, expected in ((hello, FrameType.ERROR), ({**hello, "resume": secret}, FrameType.REGISTERED)):
+        new = await http.ws_connect(mesh.platform.url + "/coordinator/session")
+        mesh.stack.push_async_callback(new.close)
+        await new.send_bytes(encode(control(FrameType.HELLO, attempt)))
+        [answer] = decode_message((await new.receive()).data)[:1]
+        assert answer.type is expected
+    assert answer.json()["resume"] != secret, "each registration gets a new secret"
+    while (msg := await old.receive()).type == aiohttp.WSMsgType.BINARY:
+        pass
+    assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    [info] = mesh.platform.coord.nodes()
+    assert info.online
+
+
+# -- relayed streams end on both sides -------------------------------------------------------------------
+
+
+async def test_closing_a_relayed_stream_ends_the_other_side_at_once(mesh: Harness) -> None:
+    """A full close (the opener's ``close()``) reaches the acceptor as the end of the data and then the loss
+    of the connection, even if it ignores the end of input, and frees the relay's slot at once."""
+    lost: list[object] = []
+
+    async def idle(stream: Stream) -> None:
+        assert await stream.readexactly(2) == b"hi"
+        await stream.writer.wait_closed()  # returns on connection_lost only
+        lost.append(stream.reader.at_eof())
+
+    b = await mesh.node("key-b", "b", serve=stream_protocol_factory(idle))
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    stream = await a.open_relayed(b.node_id or "")
+    await stream.write(b"hi")
+    await stream.close()
+    await poll(lambda: bool(lost) and not mesh.platform.coord.relayed_streams)
+    assert lost == [True]
+
+
+async def test_closing_with_unread_data_releases_a_peer_blocked_on_credit(mesh: Harness) -> None:
+    """An opener that stops reading and closes resets the stream (TCP's RST), so a peer stuck writing into
+    the window it never returns is released with an error instead of waiting forever."""
+    settings = SETTINGS.model_copy(
+        update={"initial_window_bytes": 16 * 1024, "write_buffer_high_bytes": 8192}
+    )
+    failed: list[BaseException] = []
+
+    async def flood(stream: Stream) -> None:
+        try:
+            while True:
+                await stream.write(b"x" * 4096)
+        except (ConnectionError, RuntimeError) as exc:
+            failed.append(exc)
+
+    b = await mesh.node("key-b", "b", serve=stream_protocol_factory(flood), settings=settings)
+    a = await mesh.node("key-a", "a", settings=settings)
+    await sees(a, b)
+    stream = await a.open_relayed(b.node_id or "")
+    stream.writer.transport.pause_reading()
+    await poll(lambda: bool(stream.writer.transport._recv_pending))  # type: ignore[attr-defined]
+    await stream.close()
+    await poll(lambda: bool(failed) and not mesh.platform.coord.relayed_streams)
+
+
+async def test_a_lost_session_ends_its_relayed_streams_on_the_other_side(mesh: Harness) -> None:
+    lost = asyncio.Event()
+
+    async def idle(stream: Stream) -> None:
+        with pytest.raises(ConnectionResetError, match="peer session closed"):
+            await stream.writer.wait_closed()
+        lost.set()
+
+    b = await mesh.node("key-b", "b", serve=stream_protocol_factory(idle))
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    stream = await a.open_relayed(b.node_id or "")
+    await a.close()
+    async with asyncio.timeout(WAIT):
+        await lost.wait()
+    await stream.close()
 
 
 async def test_verbose_logs_follow_the_environment() -> None:

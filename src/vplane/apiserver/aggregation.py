@@ -9,6 +9,20 @@ available, requests for it get 503 with upstream's plain-text ``service unavaila
 
 Service resolution has no Service network to rely on: ``ExternalName`` Services resolve to their name
 (``localhost`` for the resource proxy), other Services to their Endpoints' first address.
+
+Backend policy. Whoever may write APIServices and Services chooses where this server opens HTTPS
+connections, presenting its front-proxy client certificate. On the operator's own server
+(``vplane apiserver``) that is the operator, and any backend goes. In a tenant cluster it is the tenant's
+cluster-admin, who has no rights on the platform, so the tenant restricts backends
+(``aggregation_restrict_backends``, ``BackendPolicy``): no loopback, link-local, unspecified, multicast or
+platform addresses (the addresses of this host, and ``aggregation_denied_networks``), no
+``insecureSkipTLSVerify`` (refused at admission with 422 and again at routing). Names are resolved and
+every address they resolve to is checked; the connection goes to the checked addresses (the resolver
+hands them to aiohttp), so a name that rebinds between check and connect cannot redirect it. The
+exception is the allow-list (``aggregation_allowed_backends``, ``Aggregator.allow_backend``): ``host:port``
+pairs the tenant process itself serves, such as its resource proxy's ports, reached as named. An
+APIService whose backend is refused is unavailable with reason ``BackendNotAllowed`` and a message that
+says why; its requests get 503.
 """
 
 from __future__ import annotations
@@ -16,7 +30,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
+import ipaddress
+import socket
 import ssl
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +42,10 @@ import aiohttp
 import orjson
 import structlog
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from vplane.apiserver import codec, timeutil
+from vplane.apiserver.admission import AdmissionRequest
 from vplane.apiserver.context import RequestContext
 from vplane.apiserver.discovery import ExternalGroup
 from vplane.apiserver.watch import WatchEvent
@@ -36,12 +56,168 @@ from vplane.support.httprelay import relay_response
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
+    from vplane.apiserver.settings import APIServerSettings
 
 log = structlog.get_logger("vplane.apiserver.aggregation")
 
 DISCOVERY_TIMEOUT_SECONDS = 5.0
 APISERVICE_PREFIX = "/apiregistration.k8s.io/apiservices/"
 AGGREGATED_ACCEPT = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+APIREGISTRATION = "apiregistration.k8s.io"
+INSECURE_REFUSED = (
+    "insecureSkipTLSVerify is not allowed in this cluster: set caBundle to the CA of the backend's "
+    "serving certificate"
+)
+REFUSED_KINDS = "loopback, link-local, unspecified, multicast or platform addresses"
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_BROADCAST = ipaddress.ip_address("255.255.255.255")
+
+
+class BackendRefused(OSError):
+    """The backend policy refuses this address; raised where aiohttp would resolve or connect, so it
+    never does (an ``OSError``, so aiohttp reports it as a connection failure)."""
+
+
+def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (mapped, 6to4, Teredo, NAT64), which is where a
+    connection to it may end up."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port``, the host normalized as ``BackendPolicy`` compares it."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not host:port")
+    return normalize_host(host), int(port)
+
+
+def normalize_host(host: str) -> str:
+    return host.strip("[]").rstrip(".").lower()
+
+
+@dataclass
+class BackendPolicy:
+    """Which addresses aggregation backends may have (see the module docstring). Pure: resolving names
+    and knowing this host's addresses is the caller's job."""
+
+    restricted: bool = False
+    allowed: set[tuple[str, int]] = field(default_factory=set)
+    """``(host, port)`` pairs exempt from every check: backends the process itself serves."""
+    denied: list[IPNetwork] = field(default_factory=list)
+    """Further networks refused (the platform's addresses when it runs on another host)."""
+
+    @classmethod
+    def from_settings(cls, settings: APIServerSettings) -> BackendPolicy:
+        policy = cls(settings.aggregation_restrict_backends)
+        for pair in settings.aggregation_allowed_backends:
+            policy.allow(*split_host_port(pair))
+        for network in settings.aggregation_denied_networks:
+            policy.deny(network)
+        return policy
+
+    def allow(self, host: str, port: int) -> None:
+        self.allowed.add((normalize_host(host), port))
+
+    def deny(self, network: str) -> None:
+        self.denied.append(ipaddress.ip_network(network, strict=False))
+
+    def exempt(self, host: str, port: int) -> bool:
+        return (normalize_host(host), port) in self.allowed
+
+    def address_refusal(self, address: IPAddress, is_host_address: Callable[[IPAddress], bool]) -> str | None:
+        """Why ``address`` may not be a backend here, or None."""
+        if not self.restricted:
+            return None
+        for candidate in (address, _embedded_ipv4(address)):
+            if candidate is None:
+                continue
+            if candidate.is_unspecified or candidate in _THIS_NETWORK:
+                return f"{address} is an unspecified address"
+            if candidate.is_loopback:
+                return f"{address} is a loopback address"
+            if candidate.is_link_local:
+                return f"{address} is a link-local address"
+            if candidate.is_multicast or candidate == _BROADCAST:
+                return f"{address} is not a unicast address"
+            if any(candidate.version == net.version and candidate in net for net in self.denied):
+                return f"{address} is a platform address"
+        if is_host_address(address):
+            return f"{address} is an address of the platform's host"
+        return None
+
+    def tls_refusal(self, spec: Obj) -> str | None:
+        return INSECURE_REFUSED if self.restricted and spec.get("insecureSkipTLSVerify") else None
+
+
+def is_host_address(address: IPAddress) -> bool:
+    """Whether ``address`` belongs to this host: only a local address can be bound. Binding is refused
+    with EADDRNOTAVAIL otherwise; any other failure counts as local, so a doubt refuses the backend."""
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((str(address), 0))
+    except OSError as exc:
+        return exc.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
+    return True
+
+
+def _refused(host: str, port: int, why: str) -> BackendRefused:
+    return BackendRefused(
+        f"backend {_host(host)}:{port} is not allowed: {why} (aggregation backends in this cluster may not "
+        f"be {REFUSED_KINDS})"
+    )
+
+
+class CheckedResolver(AbstractResolver):
+    """aiohttp's resolver, checking every address a name resolves to against the policy. aiohttp connects
+    to the addresses returned here, so what is checked is what is dialed."""
+
+    def __init__(
+        self, policy: BackendPolicy, host_address: Callable[[IPAddress], bool] = is_host_address
+    ) -> None:
+        self.policy = policy
+        self._host_address = host_address
+        self._inner: aiohttp.ThreadedResolver | None = None  # it binds to the running loop
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_UNSPEC
+    ) -> list[ResolveResult]:
+        if self._inner is None:
+            self._inner = aiohttp.ThreadedResolver()
+        results = await self._inner.resolve(host, port, family)
+        if self.policy.restricted and not self.policy.exempt(host, port):
+            self.check(host, port, (r["host"] for r in results))
+        return results
+
+    def check(self, host: str, port: int, addresses: Iterable[str]) -> None:
+        for raw in addresses:
+            try:
+                address: IPAddress = ipaddress.ip_address(raw)
+            except ValueError:
+                raise _refused(host, port, f"{raw} is not an IP address") from None
+            why = self.policy.address_refusal(address, self._host_address)
+            if why is not None:
+                raise _refused(host, port, why)
+
+    async def close(self) -> None:
+        if self._inner is not None:
+            await self._inner.close()
 
 
 @dataclass
@@ -67,6 +243,8 @@ class Backend:
 class Aggregator:
     def __init__(self, server: APIServer) -> None:
         self.server = server
+        self.policy = BackendPolicy.from_settings(server.settings)
+        self.resolver = CheckedResolver(self.policy)
         self.backends: dict[tuple[str, str], Backend] = {}
         self.probe_interval = server.settings.apiservice_probe_interval_seconds
         self.discovery_timeout = DISCOVERY_TIMEOUT_SECONDS
@@ -77,6 +255,14 @@ class Aggregator:
         server.discovery.external = self.external_groups
         server.openapi.external = self.openapi_documents
         server.hub.on_event.append(self.on_event)
+        if self.policy.restricted:
+            server.admission.add(_TLSAdmission(self))
+
+    def allow_backend(self, host: str, port: int) -> None:
+        """Exempt ``host:port`` from the backend policy: a backend this process serves itself (the tenant's
+        resource proxy adds its ports here). Connections to it go to the name as given."""
+        self.policy.allow(host, port)
+        self._wake.set()
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -158,9 +344,12 @@ class Aggregator:
                 501, "NotImplemented", "the aggregator does not proxy connection upgrades yet"
             )
         try:
-            url = self.resolve(backend)
+            url = self.target(backend)
         except errors.StatusError:
             return web.Response(status=503, text="service unavailable\n")
+        except BackendRefused as exc:
+            log.warning("aggregated backend refused", apiservice=backend.name, error=str(exc))
+            return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
         return await self._proxy(request, ctx, backend, url)
 
     async def _proxy(
@@ -183,13 +372,31 @@ class Aggregator:
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.discovery_timeout),
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            exc = _refusal_of(exc) or exc
             log.info("aggregated backend unreachable", apiservice=backend.name, error=str(exc))
             return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
         return await relay_response(request, upstream)
 
-    def resolve(self, backend: Backend) -> str:
-        """The backend's base URL from its Service (ExternalName) or the Service's Endpoints."""
-        svc_ref = backend.spec.get("service") or {}
+    def target(self, backend: Backend) -> str:
+        """The backend's base URL, after the policy's checks that need no DNS (``BackendRefused``); names
+        are checked when the connector resolves them."""
+        host, port = self.service_address(backend.spec)
+        policy = self.policy
+        if policy.restricted and not policy.exempt(host, port):
+            why = policy.tls_refusal(backend.spec)
+            if why is not None:
+                raise BackendRefused(why)
+            try:
+                literal = ipaddress.ip_address(host.strip("[]"))
+            except ValueError:
+                literal = None
+            if literal is not None:
+                self.resolver.check(host, port, [str(literal)])
+        return f"https://{_host(host)}:{port}"
+
+    def service_address(self, apiservice_spec: Obj) -> tuple[str, int]:
+        """The backend's host and port from its Service (ExternalName) or the Service's Endpoints."""
+        svc_ref = apiservice_spec.get("service") or {}
         namespace, name = str(svc_ref.get("namespace", "")), str(svc_ref.get("name", ""))
         port = int(svc_ref.get("port") or 443)
         services = self.server.registry.get("", "v1", "services")
@@ -199,8 +406,7 @@ class Aggregator:
             raise errors.service_unavailable(f'service/{name} in "{namespace}" is not present')
         spec = service.get("spec") or {}
         if spec.get("type") == "ExternalName":
-            host = str(spec.get("externalName", ""))
-            return f"https://{_host(host)}:{port}"
+            return str(spec.get("externalName", "")), port
         target_port: Any = port
         port_name = ""
         for sp in spec.get("ports") or []:
@@ -218,7 +424,9 @@ class Aggregator:
                     or isinstance(target_port, int)
                     and ep_port.get("port") == target_port
                 ):
-                    return f"https://{_host(addresses[0].get('ip') or addresses[0].get('hostname'))}:{ep_port['port']}"
+                    return str(addresses[0].get("ip") or addresses[0].get("hostname") or ""), int(
+                        ep_port["port"]
+                    )
         raise errors.service_unavailable(f'missing endpoints for service/{name} in "{namespace}"')
 
     def _ssl(self, backend: Backend) -> ssl.SSLContext | bool:
@@ -236,7 +444,10 @@ class Aggregator:
     def _session(self, backend: Backend) -> aiohttp.ClientSession:
         if backend.session is None or backend.session.closed:
             ssl_ctx = self._ssl(backend)
-            connector = aiohttp.TCPConnector(ssl=ssl_ctx, limit=0)
+            # No DNS cache: every new connection resolves through the policy as it stands.
+            connector = aiohttp.TCPConnector(
+                ssl=ssl_ctx, limit=0, resolver=self.resolver, use_dns_cache=False
+            )
             backend.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         return backend.session
 
@@ -266,10 +477,14 @@ class Aggregator:
             await self._set_condition(backend, True, "Local", "Local APIServices are always available")
             return
         try:
-            url = self.resolve(backend)
+            url = self.target(backend)
         except errors.StatusError as exc:
             reason = "ServiceNotFound" if "not present" in exc.message else "MissingEndpoints"
             await self._set_condition(backend, False, reason, exc.message)
+            return
+        except BackendRefused as exc:
+            backend.stale = True
+            await self._set_condition(backend, False, "BackendNotAllowed", str(exc))
             return
         path = f"/apis/{backend.group}/{backend.version}"
         session = self._session(backend)
@@ -288,6 +503,10 @@ class Aggregator:
                     )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             backend.stale = True
+            refusal = _refusal_of(exc)
+            if refusal is not None:
+                await self._set_condition(backend, False, "BackendNotAllowed", str(refusal))
+                return
             await self._set_condition(
                 backend,
                 False,
@@ -394,10 +613,49 @@ class Aggregator:
         for backend in self.backends.values():
             if backend.session is not None:
                 await backend.session.close()
+        await self.resolver.close()
+
+
+class _TLSAdmission:
+    """Refuses ``insecureSkipTLSVerify`` APIServices where backends are restricted (422), unless their
+    Service points at an allowed backend; routing refuses them again, should the Service change later."""
+
+    def __init__(self, aggregator: Aggregator) -> None:
+        self.aggregator = aggregator
+
+    async def admit(self, request: AdmissionRequest) -> None:
+        rtype = request.rtype
+        if rtype.group != APIREGISTRATION or rtype.resource != "apiservices" or request.subresource:
+            return
+        if request.operation not in ("CREATE", "UPDATE") or request.obj is None:
+            return
+        policy = self.aggregator.policy
+        spec = request.obj.get("spec") or {}
+        why = policy.tls_refusal(spec)
+        if why is None or not spec.get("service"):
+            return
+        with contextlib.suppress(errors.StatusError):
+            if policy.exempt(*self.aggregator.service_address(spec)):
+                return
+        raise errors.invalid(
+            "APIService",
+            request.name,
+            [errors.field_forbidden("spec.insecureSkipTLSVerify", why)],
+            APIREGISTRATION,
+        )
 
 
 class _DiscoveryError(Exception):
     pass
+
+
+def _refusal_of(exc: BaseException) -> BackendRefused | None:
+    """The policy's refusal inside aiohttp's connection error, if that is what it is."""
+    if isinstance(exc, BackendRefused):
+        return exc
+    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, BackendRefused):
+        return exc.os_error
+    return None
 
 
 def _group_version(apiservice: Obj) -> tuple[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -73,4 +74,34 @@ class APIServerSettings(BaseModel):
             raise ValueError(
                 "the service-account-max-token-expiration must be between 1 hour and 2^32 seconds"
             )
+
+    # -- aggregation backend policy (issue 7, item 6) ------------------------------------------------
+    aggregation_restrict_backends: bool = False
+    """Refuse aggregation backends on loopback, link-local, unspecified, multicast and platform addresses
+    (this host's own, and ``aggregation_denied_networks``) and APIServices with ``insecureSkipTLSVerify``
+    (422 at admission, 503 at routing), except ``aggregation_allowed_backends``. Off for ``vplane
+    apiserver``, whose operator is the one registering backends; tenant replicas turn it on, because there
+    the tenant's cluster-admin chooses them (``vplane.apiserver.aggregation``)."""
+    aggregation_allowed_backends: list[str] = Field(default_factory=list)
+    """``host:port`` pairs exempt from the restriction and reached as named: backends this process serves
+    itself (the tenant's resource proxy ports; they can also be added at run time with
+    ``Aggregator.allow_backend``)."""
+    aggregation_denied_networks: list[str] = Field(default_factory=list)
+    """Addresses or CIDRs also refused when restricted (the platform's addresses; a tenant adds its
+    platform's resolved address)."""
+
+    @field_validator("aggregation_allowed_backends")
+    @classmethod
+    def _host_ports(cls, value: list[str]) -> list[str]:
+        for pair in value:
+            host, sep, port = pair.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{pair!r} is not host:port")
+        return value
+
+    @field_validator("aggregation_denied_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            ipaddress.ip_network(network, strict=False)
         return value

@@ -22,6 +22,17 @@ What we do instead, and what that means:
   Each hop is TLS (node to platform); the coordinator sees the relayed bytes in clear. That is a real
   difference from DERP: the platform is trusted with relayed traffic, as it already is with the
   access keys and identities. Relayed traffic also shares the platform's CPU and bandwidth.
+- **Limits** (``MeshSettings``, issue 7): a node's labels follow Kubernetes' rules, are at most 64, and
+  may not use ``loft.sh/`` or ``vplane.io/`` keys (the platform sets those, from the access key, so a
+  node cannot claim to be another tenant); at most 16 endpoints; at most 8 nodes per identity (a new one
+  replaces the identity's longest-offline node, or is refused while all are online); at most 100 relayed
+  streams per (opener, acceptor) pair within the 1,000 per session, so one node cannot take all of a
+  peer's slots; netmaps capped at the peers a node accepts and paged to its largest control frame, both
+  announced in HELLO.
+- **One session per node**: while a node's session is alive a second registration for it is refused
+  (``conflict``; it retries) unless it presents the resume secret the coordinator gave the live session
+  (the same process back on a new path). Tailscale and DERP let the newest win; here that would let any
+  holder of the key take over the node's callers for as long as it likes.
 - **Not provided**: end-to-end encryption of relayed streams, UDP paths, NAT traversal, relaying between
   coordinator instances (a node reaches only peers on the same platform replica over the relay), and
   peer-to-peer identity on direct paths below HTTP (callers authenticate at the HTTP layer with their

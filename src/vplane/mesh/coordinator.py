@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import hmac
 import inspect
+import secrets
 import time
 import uuid
 from collections import deque
@@ -30,7 +32,8 @@ import orjson
 import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from vplane.mesh import frames
+from vplane.kube import validation
+from vplane.mesh import frames, netmap
 from vplane.mesh.frames import Frame, FrameType, ProtocolError, Relay
 from vplane.mesh.session import PROBE_PATH, SESSION_PATH, split_endpoint
 from vplane.mesh.settings import CONTROL_PLANE_LOG_ENV, MeshSettings, verbose
@@ -39,6 +42,14 @@ log = structlog.get_logger("vplane.mesh.coordinator")
 
 NO_AUTH_KEY = "no auth key provided"
 """Spec §10.3: the platform's answer to a registration without a key."""
+RESERVED_LABEL_DOMAINS = ("loft.sh", "vplane.io")
+"""Label keys under these prefixes (and their subdomains) come from the platform only (``NodeIdentity``);
+a node that sends one is refused, so no node can pass itself off as a tenant or key it is not."""
+MAX_ENDPOINT_LENGTH = 261
+"""``[<253-character host>]:65535``."""
+MIN_ANNOUNCED_FRAME = 1024
+MIN_ANNOUNCED_CONTROL = 64 * 1024
+"""The smallest frame limits a node may announce (``MeshSettings``' own lower bounds)."""
 
 # Frames that may overtake queued stream data: credit and session housekeeping. Stream frames keep their
 # order (OPEN_OK before DATA before CLOSE).
@@ -133,6 +144,7 @@ class _Record:
         "connected_at",
         "coordinator_id",
         "session",
+        "resume",
         "_info",
         "_wire",
     )
@@ -149,6 +161,9 @@ class _Record:
         self.connected_at: float | None = None
         self.coordinator_id = coordinator_id
         self.session: _Session | None = None
+        self.resume = ""
+        """Secret given to the node's current session; presenting it lets a reconnect replace a session
+        the coordinator still thinks is live (the node noticed a dead path first)."""
         self._info: NodeInfo | None = None
         self._wire: bytes | None = None
 
@@ -194,7 +209,8 @@ class _Session:
     Outgoing frames wait in two queues: ``priority`` (credit, heartbeat answers) may overtake ``ordered``
     (stream frames, whose order matters: OPEN_OK before DATA before CLOSE). Only the newest netmap is kept
     and at most one heartbeat answer is pending, so a node that reads slowly cannot make these pile up;
-    relayed data is bounded by the streams' windows.
+    relayed data is bounded by the streams' windows. Every message fits the node's announced limits:
+    relayed DATA is split to its frame size and a message never exceeds what its WebSocket accepts.
     """
 
     __slots__ = (
@@ -211,14 +227,20 @@ class _Session:
         "netmap_seq",
         "closed",
         "batch_bytes",
+        "limits",
+        "max_message",
+        "omitted_sent",
     )
 
-    def __init__(self, ws: web.WebSocketResponse, record: _Record, now: float, batch_bytes: int) -> None:
+    def __init__(
+        self, ws: web.WebSocketResponse, record: _Record, now: float, batch_bytes: int, limits: _Limits
+    ) -> None:
         self.ws = ws
         self.record = record
         self.priority: deque[bytes] = deque()
         self.ordered: deque[bytes] = deque()
-        self.netmap: bytes | None = None
+        self.netmap: deque[bytes] = deque()
+        """Pages of the newest netmap not yet written."""
         self.pong = False
         self.wake = asyncio.Event()
         self.last_heard = now
@@ -228,16 +250,29 @@ class _Session:
         self.netmap_seq = 0
         self.closed = False
         self.batch_bytes = batch_bytes
+        self.limits = limits
+        self.max_message = limits.max_message_bytes
+        self.omitted_sent = 0
 
     def send(self, raw: bytes) -> None:
         if self.closed:
             return
+        if raw[0] == FrameType.DATA and len(raw) - frames.HEADER_SIZE > self.limits.max_frame_bytes:
+            # Relayed from a node with larger frames than this one accepts: same bytes, smaller frames
+            # (credit counts bytes, so flow control is unchanged).
+            step = self.limits.max_frame_bytes
+            stream_id = int.from_bytes(raw[1:5], "big")
+            for start in range(frames.HEADER_SIZE, len(raw), step):
+                self.ordered.append(frames.encode_parts(FrameType.DATA, stream_id, raw[start : start + step]))
+            self.wake.set()
+            return
         (self.priority if raw[0] in _PRIORITY else self.ordered).append(raw)
         self.wake.set()
 
-    def send_netmap(self, raw: bytes) -> None:
+    def send_netmap(self, pages: list[bytes]) -> None:
         if not self.closed:
-            self.netmap = raw
+            self.netmap.clear()
+            self.netmap.extend(pages)
             self.wake.set()
 
     def send_pong(self) -> None:
@@ -246,25 +281,28 @@ class _Session:
             self.wake.set()
 
     async def writer(self) -> None:
-        ws, priority, ordered = self.ws, self.priority, self.ordered
+        ws, priority, ordered, pages = self.ws, self.priority, self.ordered, self.netmap
+        limit = self.max_message
         while True:
             await self.wake.wait()
             self.wake.clear()
-            while priority or ordered or self.netmap is not None or self.pong:
+            while priority or ordered or pages or self.pong:
                 parts: list[bytes] = []
                 size = 0
-                while priority:
+                # Each part fits a message on its own; a part that would overflow this one waits for the next.
+                while priority and (not parts or size + len(priority[0]) <= limit):
                     part = priority.popleft()
                     parts.append(part)
                     size += len(part)
-                if self.pong:
+                if self.pong and size + len(_PONG) <= limit:
                     self.pong = False
                     parts.append(_PONG)
-                if self.netmap is not None:
-                    parts.append(self.netmap)
-                    size += len(self.netmap)
-                    self.netmap = None
-                while ordered and size < self.batch_bytes:
+                    size += len(_PONG)
+                while pages and (not parts or size + len(pages[0]) <= limit):
+                    part = pages.popleft()
+                    parts.append(part)
+                    size += len(part)
+                while ordered and size < self.batch_bytes and (not parts or size + len(ordered[0]) <= limit):
                     part = ordered.popleft()
                     parts.append(part)
                     size += len(part)
@@ -297,7 +335,12 @@ class Coordinator:
         self.verbose = verbose(self.settings, CONTROL_PLANE_LOG_ENV, environ)
         self._records: dict[str, _Record] = {}
         self._sessions: set[_Session] = set()
-        self._relay: Relay[_Session] = Relay(max_streams_per_session=self.settings.max_streams_per_session)
+        self._relay: Relay[_Session] = Relay(
+            max_streams_per_session=self.settings.max_streams_per_session,
+            max_streams_per_pair=self.settings.max_streams_per_pair,
+        )
+        self._by_identity: dict[str, set[str]] = {}
+        """Node ids (online or not yet forgotten) per identity, for ``max_nodes_per_identity``."""
         self._netmap_pending = False
         self._sweeper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -435,7 +478,8 @@ class Coordinator:
             if len(received) != 1 or received[0].type is not FrameType.HELLO:
                 raise ProtocolError("the first message must be exactly one HELLO frame")
             body = received[0].json()
-            hostname, labels, endpoints = _hello_fields(body)
+            hostname, labels, endpoints = _hello_fields(body, s)
+            limits = _Limits.announced(body, s)
         except ProtocolError as exc:
             await self._reject(ws, "invalid", str(exc), remote=remote)
             return None
@@ -457,7 +501,58 @@ class Coordinator:
             return None
         if self._closing or ws.closed:
             return None
-        return self._register(ws, identity, hostname, labels, endpoints, remote)
+        resume = body.get("resume")
+        refusal = self._admit(identity, hostname, resume if isinstance(resume, str) else "")
+        if refusal is not None:
+            code, message = refusal
+            await self._reject(ws, code, message, remote=remote, hostname=hostname, identity=identity.name)
+            return None
+        return self._register(ws, identity, hostname, labels, endpoints, remote, limits)
+
+    def _admit(self, identity: NodeIdentity, hostname: str, resume: str) -> tuple[str, str] | None:
+        """Whether this registration may proceed: (code, message) when it may not (the node retries).
+
+        A node that already has a live session keeps it: a second registration for the same node is
+        refused until the first ends, unless it presents the first session's resume secret (the same
+        process reconnecting over a new path after it noticed the old one die). Taking over silently would
+        let any holder of the key intercept the traffic meant for the node. A new node of an identity
+        that is at ``max_nodes_per_identity`` replaces that identity's longest-offline node; when they are
+        all online it is refused.
+        """
+        s = self.settings
+        node_id = node_id_for(identity.name, hostname)
+        record = self._records.get(node_id)
+        if record is not None:
+            if record.session is None or (resume and hmac.compare_digest(resume, record.resume)):
+                return None
+            return (
+                "conflict",
+                f'node "{hostname}" of {identity.name} already has a live session; a second session is '
+                f"refused until the first ends (or is silent for {s.offline_timeout_seconds:g}s)",
+            )
+        known = self._by_identity.get(identity.name, set())
+        if len(known) < s.max_nodes_per_identity:
+            return None
+        offline = [self._records[n] for n in known if self._records[n].session is None]
+        if not offline:
+            return (
+                "limit",
+                f"{identity.name} already has {len(known)} nodes online; at most "
+                f"{s.max_nodes_per_identity} nodes per identity",
+            )
+        oldest = min(offline, key=lambda r: r.offline_since)
+        log.info("mesh node forgotten to make room for a new node of its identity", node=oldest.id)
+        self._forget(oldest)
+        return None
+
+    def _forget(self, record: _Record) -> None:
+        del self._records[record.id]
+        known = self._by_identity.get(record.identity)
+        if known is not None:
+            known.discard(record.id)
+            if not known:
+                del self._by_identity[record.identity]
+        self._notify("removed", record)
 
     def _register(
         self,
@@ -467,6 +562,7 @@ class Coordinator:
         labels: dict[str, str],
         endpoints: tuple[str, ...],
         remote: str | None,
+        limits: _Limits,
     ) -> _Session:
         node_id = node_id_for(identity.name, hostname)
         now, wall = self._clock(), self._wall()
@@ -474,10 +570,11 @@ class Coordinator:
         if record is None:
             record = _Record(node_id, hostname, identity, self.instance_id)
             self._records[node_id] = record
+            self._by_identity.setdefault(identity.name, set()).add(node_id)
         previous = record.session
         if previous is not None:
-            # Newest wins (DERP's duplicate-client rule): the old one is usually a dead path not yet noticed.
-            log.warning("mesh node registered again; closing its older session", node=node_id)
+            # Only with the resume secret (``_admit``): the old session is a path the node gave up on.
+            log.warning("mesh node resumed on a new session; closing its older one", node=node_id)
             self._unregister(previous, "replaced by a newer session", notify=False)
             self._spawn(
                 self._close_ws(previous.ws, WSCloseCode.POLICY_VIOLATION, "replaced by a newer session")
@@ -489,7 +586,8 @@ class Coordinator:
         record.coordinator_id = self.instance_id
         record.last_seen = wall
         record.connected_at = wall
-        session = _Session(ws, record, now, 4 * self.settings.max_frame_bytes)
+        record.resume = secrets.token_urlsafe(32)
+        session = _Session(ws, record, now, 4 * self.settings.max_frame_bytes, limits)
         record.session = session
         record.changed()
         self._sessions.add(session)
@@ -501,6 +599,7 @@ class Coordinator:
                         "node_id": node_id,
                         "coordinator_id": self.instance_id,
                         "version": frames.PROTOCOL_VERSION,
+                        "resume": record.resume,
                     },
                 )
             )
@@ -523,7 +622,7 @@ class Coordinator:
         session.closed = True
         session.priority.clear()
         session.ordered.clear()
-        session.netmap = None
+        session.netmap.clear()
         session.wake.set()
         self._sessions.discard(session)
         self._route(self._relay.drop(session, "peer session closed"))
@@ -572,7 +671,9 @@ class Coordinator:
         elif ftype is FrameType.OPEN:
             self._open(session, frame)
         elif ftype is FrameType.ENDPOINTS:
-            _, _, endpoints = _hello_fields({"hostname": session.record.name, **frame.json()})
+            _, _, endpoints = _hello_fields(
+                {**frame.json(), "hostname": session.record.name, "labels": {}}, self.settings
+            )
             record = session.record
             if endpoints != record.endpoints:
                 record.endpoints = endpoints
@@ -649,6 +750,9 @@ class Coordinator:
         Tailscale's incremental map responses do), so a join costs each subscriber one entry rather than
         the whole list. A node whose previous netmap is still unsent gets a complete one instead, which
         replaces it: netmaps never pile up behind a slow reader.
+
+        A node gets at most as many peers as it accepts (``omitted`` says how many it did not get), in
+        pages that each fit its largest control frame (``vplane.mesh.netmap``).
         """
         self._netmap_pending = False
         online = [r for r in self._records.values() if r.session is not None]
@@ -660,31 +764,54 @@ class Coordinator:
             assert session is not None
             try:
                 visible = self._policy(info, infos)
-                new = {v.id: by_id[v.id].wire() for v in visible if v.id != info.id and v.id in by_id}
+                everyone = {v.id: by_id[v.id].wire() for v in visible if v.id != info.id and v.id in by_id}
             except Exception:
                 log.exception("mesh visibility policy failed", node=info.id)
                 continue
             old = session.peers_sent
-            upserts: list[bytes] = []
+            new, omitted = netmap.cap_peers(everyone, old, session.limits.max_netmap_peers)
+            upserts: dict[str, bytes] = {}
             removes: list[str] = []
             if old is not None:
-                upserts = [wire for peer_id, wire in new.items() if old.get(peer_id) != wire]
+                upserts = {peer_id: wire for peer_id, wire in new.items() if old.get(peer_id) != wire}
                 removes = [peer_id for peer_id in old if peer_id not in new]
-                if not upserts and not removes:
+                if not upserts and not removes and omitted == session.omitted_sent:
                     continue
+            session.netmap_seq += 1
+            complete = old is None or bool(session.netmap) or len(upserts) + len(removes) > len(new)
+            pages = netmap.paginate(
+                session.netmap_seq,
+                complete=complete,
+                entries=new if complete else upserts,
+                removes=() if complete else removes,
+                omitted=omitted,
+                budget=session.limits.max_control_frame_bytes,
+            )
+            if pages.dropped and not complete:
+                # The node may hold an older version of a peer left out now: replace its map whole.
+                pages = netmap.paginate(
+                    session.netmap_seq,
+                    complete=True,
+                    entries=new,
+                    omitted=omitted,
+                    budget=session.limits.max_control_frame_bytes,
+                )
+            for peer_id in pages.dropped:
+                log.warning(
+                    "mesh peer entry larger than a node's netmap page; left out", node=info.id, peer=peer_id
+                )
+                new.pop(peer_id, None)
+            if omitted and omitted != session.omitted_sent:
+                log.warning(
+                    "mesh netmap capped at the node's peer limit",
+                    node=info.id,
+                    limit=session.limits.max_netmap_peers,
+                    omitted=omitted,
+                )
             session.peers_sent = new
             session.visible = frozenset(new)
-            session.netmap_seq += 1
-            seq = session.netmap_seq
-            if old is None or session.netmap is not None or len(upserts) + len(removes) > len(new):
-                payload = b'{"seq":%d,"peers":[%b]}' % (seq, b",".join(new.values()))
-            else:
-                payload = b'{"seq":%d,"upsert":[%b],"remove":%b}' % (
-                    seq,
-                    b",".join(upserts),
-                    orjson.dumps(removes),
-                )
-            session.send_netmap(frames.encode(Frame(FrameType.NETMAP, 0, payload)))
+            session.omitted_sent = omitted
+            session.send_netmap([frames.encode_parts(FrameType.NETMAP, 0, p) for p in pages.payloads])
             pushed += 1
         if self.verbose:
             log.info("mesh netmaps pushed", nodes=len(online), pushed=pushed)
@@ -709,9 +836,8 @@ class Coordinator:
                     self._spawn(self._close_ws(session.ws, WSCloseCode.GOING_AWAY, "heartbeat timeout"))
             for node_id, record in list(self._records.items()):
                 if record.session is None and now - record.offline_since > s.gc_after_seconds:
-                    del self._records[node_id]
                     log.info("mesh node forgotten after being offline", node=node_id)
-                    self._notify("removed", record)
+                    self._forget(record)
 
     def _notify(self, change: Literal["online", "updated", "offline", "removed"], record: _Record) -> None:
         if self._on_change is None:
@@ -744,7 +870,56 @@ class Coordinator:
             await ws.close(code=code, message=message.encode()[:120])
 
 
-def _hello_fields(body: Mapping[str, Any]) -> tuple[str, dict[str, str], tuple[str, ...]]:
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """What a node accepts, from its HELLO (a node that announces nothing gets the coordinator's own
+    limits, which is what every node accepted before nodes announced them); never above our own."""
+
+    max_frame_bytes: int
+    max_control_frame_bytes: int
+    max_netmap_peers: int
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The node's largest WebSocket message (``MeshSettings.max_message_bytes`` for its limits)."""
+        return 4 * (self.max_frame_bytes + 16) + self.max_control_frame_bytes + 64
+
+    @classmethod
+    def announced(cls, body: Mapping[str, Any], settings: MeshSettings) -> _Limits:
+        def value(key: str, own: int, floor: int) -> int:
+            raw = body.get(key, own)
+            if not isinstance(raw, int) or isinstance(raw, bool) or raw < floor:
+                raise ProtocolError(f"{key} must be an integer of at least {floor}")
+            return min(raw, own)
+
+        return cls(
+            value("max_frame_bytes", settings.max_frame_bytes, MIN_ANNOUNCED_FRAME),
+            value("max_control_frame_bytes", settings.max_control_frame_bytes, MIN_ANNOUNCED_CONTROL),
+            value("max_netmap_peers", settings.max_netmap_peers, 0),
+        )
+
+
+def label_errors(labels: Mapping[str, str], max_labels: int) -> list[str]:
+    """Kubernetes' label rules, a count limit, and the reserved prefixes (``RESERVED_LABEL_DOMAINS``)."""
+    if len(labels) > max_labels:
+        return [f"too many labels: {len(labels)} (at most {max_labels})"]
+    problems: list[str] = []
+    for key, value in labels.items():
+        problems += [f"invalid label key {key!r}: {msg}" for msg in validation.qualified_name(key)]
+        problems += [f"invalid value for label {key!r}: {msg}" for msg in validation.label_value(value)]
+        prefix = key.partition("/")[0] if "/" in key else ""
+        if any(prefix == d or prefix.endswith("." + d) for d in RESERVED_LABEL_DOMAINS):
+            problems.append(
+                f"label {key!r} is reserved: keys under "
+                + ", ".join(f"{d}/" for d in RESERVED_LABEL_DOMAINS)
+                + " are set by the platform only"
+            )
+    return problems
+
+
+def _hello_fields(
+    body: Mapping[str, Any], settings: MeshSettings
+) -> tuple[str, dict[str, str], tuple[str, ...]]:
     hostname = body.get("hostname")
     if not isinstance(hostname, str) or not hostname or len(hostname) > 253:
         raise ProtocolError("HELLO without a valid hostname")
@@ -753,10 +928,19 @@ def _hello_fields(body: Mapping[str, Any]) -> tuple[str, dict[str, str], tuple[s
         isinstance(k, str) and isinstance(v, str) for k, v in raw_labels.items()
     ):
         raise ProtocolError("labels must map strings to strings")
+    problems = label_errors(raw_labels, settings.max_node_labels)
+    if problems:
+        raise ProtocolError("; ".join(problems[:5]))
     raw_endpoints = body.get("endpoints", [])
     if not isinstance(raw_endpoints, list) or not all(isinstance(e, str) for e in raw_endpoints):
         raise ProtocolError("endpoints must be a list of host:port strings")
+    if len(raw_endpoints) > settings.max_node_endpoints:
+        raise ProtocolError(
+            f"too many endpoints: {len(raw_endpoints)} (at most {settings.max_node_endpoints})"
+        )
     for endpoint in raw_endpoints:
+        if len(endpoint) > MAX_ENDPOINT_LENGTH:
+            raise ProtocolError(f"endpoint longer than {MAX_ENDPOINT_LENGTH} characters")
         try:
             split_endpoint(endpoint)
         except ValueError as exc:

@@ -17,6 +17,12 @@ WINDOW_UPDATE as the receiver *consumes* data (not merely receives it). A stream
 out of credit and stops; the session and every other stream keep moving. The relay checks the same
 credits, so it never queues more for a stream than the receiver granted.
 
+Closing follows TCP. CLOSE is a half-close (``write_eof``: no more data from this side). A full close
+(closing the socket) is CLOSE then RESET (``Mux.finish_stream``): the other side gets everything sent,
+its end, then the loss (``StreamReset.after_close``), and the stream's slot is free at once on both nodes
+and in the relay instead of lingering half-open until the other side happens to close or write. RESET
+alone aborts (a close with data left unread, TCP's RST).
+
 ``Mux`` is the node's half (h2's ``H2Connection`` shape: feed bytes in, get events back, collect bytes
 to send); ``Relay`` is the coordinator's stream table. Both are plain state machines, tested without
 sockets.
@@ -46,6 +52,8 @@ MAX_CONTROL_SIZE = 4 * 1024 * 1024
 MAX_WINDOW = 2**31 - 1
 """Credit may never exceed this (HTTP/2's limit), so a buggy peer cannot wrap a counter."""
 MAX_STREAM_ID = 2**32 - 1
+CLOSED_BY_PEER = "closed by the peer"
+"""RESET reason of a full close (CLOSE, then RESET)."""
 
 
 class FrameType(IntEnum):
@@ -282,6 +290,9 @@ class StreamReset:
     reason: str
     remote: bool
     """False: we reset it ourselves because the other side broke the stream's rules."""
+    after_close: bool = False
+    """The other side had sent CLOSE first: it finished sending and then closed for good (a full close,
+    TCP's FIN then RST), so what it sent is complete and should still reach the application."""
 
 
 Event: TypeAlias = (
@@ -470,6 +481,14 @@ class Mux:
         if self._streams.pop(stream_id, None) is not None:
             self._emit(control(FrameType.RESET, {"reason": reason}, stream_id))
 
+    def finish_stream(self, stream_id: int) -> None:
+        """A full close: CLOSE (everything we sent is complete), then, unless the other side has closed
+        too, RESET, because we will read nothing more. Its credit and relay slot are released at once
+        instead of when (if ever) the other side closes; it sees the data, its end, then the loss."""
+        self.close_stream(stream_id)
+        if stream_id in self._streams:
+            self.reset_stream(stream_id, CLOSED_BY_PEER)
+
     def forget_all(self) -> list[int]:
         """The session is gone: every stream with it (nothing is sent)."""
         ids = list(self._streams)
@@ -546,7 +565,8 @@ class Mux:
             return [StreamEnded(sid)]
         if ftype is FrameType.RESET:
             del self._streams[sid]
-            return [StreamReset(sid, _text(frame.json(), "reason", "reset by peer"), remote=True)]
+            reason = _text(frame.json(), "reason", "reset by peer")
+            return [StreamReset(sid, reason, remote=True, after_close=stream.remote_closed)]
         # OPEN_OK and OPEN_FAIL answer streams we opened (odd ids, not yet accepted).
         if sid % 2 == 0 or stream.accepted:
             return self._violation(sid, f"unexpected {ftype.name}")
@@ -588,13 +608,19 @@ class Relay(Generic[K]):
     credit the receiving side granted, so what the caller queues per stream never exceeds the window.
     """
 
-    def __init__(self, *, max_streams_per_session: int = 1000) -> None:
+    def __init__(self, *, max_streams_per_session: int = 1000, max_streams_per_pair: int = 100) -> None:
         self._max_streams = max_streams_per_session
+        self._max_pair = max_streams_per_pair
         self._legs: dict[K, dict[int, _Link[K]]] = {}
         self._next_id: dict[K, int] = {}
+        self._pairs: dict[tuple[K, K], int] = {}
+        """Open streams by (opener, acceptor): one opener cannot take every slot a peer has."""
 
     def streams_of(self, session: K) -> int:
         return len(self._legs.get(session, ()))
+
+    def streams_between(self, opener: K, acceptor: K) -> int:
+        return self._pairs.get((opener, acceptor), 0)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._legs.values()) // 2
@@ -613,22 +639,42 @@ class Relay(Generic[K]):
         if stream_id in opener_legs:
             raise ProtocolError(f"OPEN for stream {stream_id}, which is already open")
         if len(opener_legs) >= self._max_streams:
-            return self.refuse(opener, stream_id, "too many streams on this session")
-        acceptor_legs = self._legs.setdefault(acceptor, {})
+            return self._refuse_open(opener, stream_id, "too many streams on this session")
+        pair = (opener, acceptor)
+        if self._pairs.get(pair, 0) >= self._max_pair:
+            return self._refuse_open(
+                opener, stream_id, f"too many streams to this peer (at most {self._max_pair} per pair)"
+            )
+        acceptor_legs = self._legs.get(acceptor, {})
         if len(acceptor_legs) >= self._max_streams:
-            return self.refuse(opener, stream_id, "the peer has too many streams open")
+            return self._refuse_open(opener, stream_id, "the peer has too many streams open")
         new_id = self._next_id.get(acceptor, 2)
         if new_id > MAX_STREAM_ID:
-            return self.refuse(opener, stream_id, "stream ids exhausted on the peer's session")
+            return self._refuse_open(opener, stream_id, "stream ids exhausted on the peer's session")
         self._next_id[acceptor] = new_id + 2
         link = _Link(opener, stream_id, acceptor, new_id, acceptor_credit=window)
         opener_legs[stream_id] = link
-        acceptor_legs[new_id] = link
+        self._legs.setdefault(acceptor, {})[new_id] = link
+        self._pairs[pair] = self._pairs.get(pair, 0) + 1
         body = dict(announce)
         body["window"] = window
         return [(acceptor, encode(control(FrameType.OPEN, body, new_id)))]
 
+    def _refuse_open(self, opener: K, stream_id: int, reason: str) -> list[Route]:
+        if not self._legs.get(opener):
+            self._legs.pop(opener, None)
+        return self.refuse(opener, stream_id, reason)
+
+    def _unpair(self, link: _Link[K]) -> None:
+        pair = (link.opener, link.acceptor)
+        count = self._pairs.get(pair, 0) - 1
+        if count > 0:
+            self._pairs[pair] = count
+        else:
+            self._pairs.pop(pair, None)
+
     def _remove(self, link: _Link[K]) -> None:
+        self._unpair(link)
         for session, sid in ((link.opener, link.opener_sid), (link.acceptor, link.acceptor_sid)):
             legs = self._legs.get(session)
             if legs is not None:
@@ -721,6 +767,7 @@ class Relay(Generic[K]):
             if id(link) in seen:
                 continue
             seen.add(id(link))
+            self._unpair(link)
             for other, sid in ((link.opener, link.opener_sid), (link.acceptor, link.acceptor_sid)):
                 if other == session:
                     continue

@@ -37,6 +37,7 @@ import structlog
 from vplane.mesh import frames
 from vplane.mesh.backoff import Backoff
 from vplane.mesh.frames import FrameType, Mux
+from vplane.mesh.netmap import Assembler
 from vplane.mesh.settings import AGENT_LOG_ENV, MeshSettings, insecure_skip_verify, verbose
 from vplane.support.tls import CertPair
 
@@ -117,6 +118,8 @@ class Netmap:
     received_at: float | None
     session_up: bool
     session_down_since: float | None
+    omitted: int = 0
+    """Peers this node may see but was not sent, because it accepts no more (``max_netmap_peers``)."""
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
@@ -201,21 +204,29 @@ class RelayTransport(asyncio.Transport):
         return True
 
     def close(self) -> None:
-        """Send what is buffered, then CLOSE; incoming data is no longer delivered."""
+        """A full close, as closing a socket: send what is buffered, then CLOSE and RESET (``Mux.finish_stream``)
+        so the other side ends at once rather than when it next writes. Closing with received data still
+        unread resets at once instead (TCP's RST), so a peer blocked on the credit we hold is released."""
         if self._closing or self._lost:
+            return
+        if self._recv_pending:
+            self._abort("closed with unread data")
             return
         self._closing = True
         self._eof_requested = True
-        self._recv_pending.clear()
         if self._eof_sent:
+            self._conn.finish(self.stream_id)
             self._lose(None)
         else:
             self._conn.schedule(self)
 
     def abort(self) -> None:
+        self._abort("aborted by the peer's application")
+
+    def _abort(self, reason: str) -> None:
         if self._lost:
             return
-        self._conn.reset(self.stream_id, "aborted by the peer's application")
+        self._conn.reset(self.stream_id, reason)
         self._send_buf.clear()
         self._lose(None)
 
@@ -289,9 +300,11 @@ class RelayTransport(asyncio.Transport):
                     self._call_protocol("resume_writing")
         if not buf and self._eof_requested and not self._eof_sent:
             self._eof_sent = True
-            mux.close_stream(self.stream_id)
             if self._closing:
+                mux.finish_stream(self.stream_id)
                 self._lose(None)
+            else:
+                mux.close_stream(self.stream_id)
             return False
         return bool(buf) and mux.send_window(self.stream_id) > 0
 
@@ -320,6 +333,16 @@ class RelayTransport(asyncio.Transport):
         keep_open = self._call_protocol("eof_received")
         if not keep_open:
             self.close()
+
+    def _remote_gone(self) -> None:
+        """The other side closed for good after sending everything (CLOSE, then RESET): hand over what it
+        sent, even while reading is paused, since nothing more can come, then the end and the loss."""
+        if self._lost:
+            return
+        self._reading = True
+        self._deliver_pending()
+        if not self._lost:
+            self._lose(None)
 
     def _deliver_pending(self) -> None:
         self._delivering = True
@@ -381,6 +404,13 @@ class _Connection:
         self.transports.pop(stream_id, None)
         self.kick()
 
+    def finish(self, stream_id: int) -> None:
+        """Full close of a stream whose CLOSE is already sent: RESET unless the other side closed too."""
+        if self.mux.has_stream(stream_id):
+            self.mux.reset_stream(stream_id, frames.CLOSED_BY_PEER)
+        self.transports.pop(stream_id, None)
+        self.kick()
+
     def _pump(self) -> None:
         mux = self.mux
         while self.ready and mux.pending_bytes < self.batch_bytes:
@@ -428,13 +458,17 @@ class _Connection:
                     self.schedule(transport)
             elif isinstance(event, frames.StreamEnded):
                 transport = self.transports.get(event.stream_id)
-                if not self.mux.has_stream(event.stream_id):
-                    self.transports.pop(event.stream_id, None)
                 if transport is not None:
+                    # Both sides closed: the stream is done. (Gone from the mux without our CLOSE means a
+                    # RESET follows in this batch; its handler still needs the transport.)
+                    if transport._eof_sent and not self.mux.has_stream(event.stream_id):
+                        self.transports.pop(event.stream_id, None)
                     transport._feed_eof()
             elif isinstance(event, frames.StreamReset):
                 transport = self.transports.pop(event.stream_id, None)
-                if transport is not None:
+                if transport is not None and event.after_close:
+                    transport._remote_gone()
+                elif transport is not None:
                     transport._lose(ConnectionResetError(f"mesh stream reset: {event.reason}"))
                 self.ready_set.discard(event.stream_id)
                 pending = self.pending.pop(event.stream_id, None)
@@ -569,8 +603,15 @@ class NodeSession:
         self.coordinator_id: str | None = None
         self.state: Literal["idle", "connecting", "connected", "disconnected", "failed", "closed"] = "idle"
         self.failure: RegistrationError | None = None
+        self.last_error: str | None = None
+        """Why the latest attempt to connect or stay connected failed (None once registered again), e.g. the
+        coordinator refusing a second session for this node while the first is alive."""
         self.registrations = 0
         """Successful registrations so far (1 + reconnects), for tests and status."""
+        self._resume = ""
+        """The coordinator's secret for our current registration: presented when we reconnect, it lets the
+        new session replace one the coordinator has not yet noticed is dead."""
+        self._assembler: Assembler[Peer] = Assembler(self._parse_peer, self.settings.max_netmap_peers)
         self._netmap = Netmap(MappingProxyType({}), 0, None, False, None)
         self._changed = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -756,30 +797,39 @@ class NodeSession:
         if current.session_up == up:
             return
         self._netmap = Netmap(
-            current.peers, current.seq, current.received_at, up, None if up else self._clock()
+            current.peers,
+            current.seq,
+            current.received_at,
+            up,
+            None if up else self._clock(),
+            current.omitted,
         )
         self._publish()
 
+    def _parse_peer(self, item: Mapping[str, Any]) -> tuple[str, Peer] | None:
+        peer = Peer.from_wire(item)
+        if not peer.id or peer.id == self.node_id:
+            return None
+        return peer.id, peer
+
     def _netmap_received(self, body: Mapping[str, Any]) -> None:
-        """A complete netmap (``peers``) replaces ours; an incremental one (``upsert``, ``remove``) edits it."""
-        complete = "peers" in body
-        peers: dict[str, Peer] = {} if complete else dict(self._netmap.peers)
-        upserts = body.get("peers" if complete else "upsert")
-        if isinstance(upserts, list):
-            for item in upserts:
-                if isinstance(item, dict):
-                    peer = Peer.from_wire(item)
-                    if peer.id and peer.id != self.node_id:
-                        peers[peer.id] = peer
-        removes = body.get("remove")
-        if not complete and isinstance(removes, list):
-            for peer_id in removes:
-                if isinstance(peer_id, str):
-                    peers.pop(peer_id, None)
+        """A complete netmap (``peers``) replaces ours; an incremental one (``upsert``, ``remove``) edits it;
+        either may come in pages (``vplane.mesh.netmap``), published once the last one is in."""
         current = self._netmap
-        self._netmap = Netmap(MappingProxyType(peers), current.seq + 1, self._clock(), True, None)
+        assembled = self._assembler.feed(body, current.peers)
+        if assembled is None:
+            return
+        peers, omitted = assembled
+        if omitted and omitted != current.omitted:
+            log.warning(
+                "mesh netmap capped: peers left out",
+                node=self.node_id,
+                omitted=omitted,
+                limit=self.settings.max_netmap_peers,
+            )
+        self._netmap = Netmap(MappingProxyType(peers), current.seq + 1, self._clock(), True, None, omitted)
         if self.verbose:
-            log.info("mesh netmap received", node=self.node_id, peers=len(peers), complete=complete)
+            log.info("mesh netmap received", node=self.node_id, peers=len(peers), complete="peers" in body)
         self._publish()
 
     async def _run(self) -> None:
@@ -811,7 +861,9 @@ class NodeSession:
             if self._stopped.is_set():
                 break
             self.state = "disconnected"
+            self.last_error = error
             self._set_session_up(False)
+            self._publish()
             if self._attempt_registered:
                 backoff.reset()
                 failures = 0
@@ -842,6 +894,7 @@ class NodeSession:
                 max_msg_size=s.max_message_bytes,
                 timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=s.close_grace_seconds),
             )
+        transport = _ws_transport(ws)
         tasks: list[asyncio.Task[None]] = []
         conn: _Connection | None = None
         try:
@@ -858,6 +911,10 @@ class NodeSession:
                     "hostname": self.hostname,
                     "labels": self.labels,
                     "endpoints": self._endpoints,
+                    "max_frame_bytes": s.max_frame_bytes,
+                    "max_control_frame_bytes": s.max_control_frame_bytes,
+                    "max_netmap_peers": s.max_netmap_peers,
+                    **({"resume": self._resume} if self._resume else {}),
                 },
             )
             await ws.send_bytes(mux.data_to_send())
@@ -877,6 +934,10 @@ class NodeSession:
             conn.node_id = first.node_id
             self.node_id = first.node_id
             self.coordinator_id = first.coordinator_id
+            resume = first.body.get("resume")
+            self._resume = resume if isinstance(resume, str) else ""
+            self.last_error = None
+            self._assembler.reset()
             self._conn = conn
             self._attempt_registered = True
             self.registrations += 1
@@ -918,6 +979,11 @@ class NodeSession:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(s.close_grace_seconds):
                     await ws.close()
+            # The WebSocket close handshake is done; aiohttp would still wait (up to 30 s) for the
+            # platform's TLS close_notify, which a closed session has no use for, and which would leave
+            # the socket open past close().
+            if transport is not None:
+                transport.abort()
 
     async def _reader(self, conn: _Connection, heard: list[float]) -> None:
         ws, mux = conn.ws, conn.mux
@@ -945,6 +1011,12 @@ class NodeSession:
                 return
             conn.mux.send_control(FrameType.HEARTBEAT)
             conn.kick()
+
+
+def _ws_transport(ws: aiohttp.ClientWebSocketResponse) -> asyncio.Transport | None:
+    """The transport under a client WebSocket (aiohttp keeps its connection on ``_conn``)."""
+    transport = getattr(getattr(ws, "_conn", None), "transport", None)
+    return transport if isinstance(transport, asyncio.Transport) else None
 
 
 # -- reader/writer streams ---------------------------------------------------------------------------

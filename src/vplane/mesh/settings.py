@@ -97,6 +97,27 @@ class MeshSettings(BaseModel):
     """Frame-level logs. None: read ``LOFT_LOG_TSNET_AGENT`` (node side) or
     ``LOFT_LOG_TSNET_CONTROL_PLANE`` (coordinator side)."""
 
+    # -- limits on what one node or identity may claim (issue 7, item 7) -----------------------------
+    max_node_labels: int = Field(default=64, ge=0)
+    """Labels a node may send in HELLO. Each must follow Kubernetes' label key and value rules (so an entry
+    is at most about 380 bytes), and keys under ``loft.sh/`` and ``vplane.io/`` are refused: the platform
+    sets those (``NodeIdentity.labels``). A node that breaks these rules is refused for good (``invalid``)."""
+    max_node_endpoints: int = Field(default=16, ge=0)
+    """Direct endpoints a node may publish (in HELLO or ENDPOINTS); with the label rules this bounds the size
+    of one netmap entry."""
+    max_nodes_per_identity: int = Field(default=8, gt=0)
+    """Nodes (online, or offline and not yet forgotten) one identity may have. A new node of an identity at
+    the limit replaces its longest-offline node; when all are online it is refused (``limit``) and retries.
+    Tenants have at most 7 replicas. Together with ``max_streams_per_pair`` it bounds what one identity can
+    take of a peer's streams: 8 x 100 < ``max_streams_per_session``."""
+    max_streams_per_pair: int = Field(default=100, gt=0)
+    """Relayed streams one session may have open to one peer session. Below ``max_streams_per_session``, so
+    one node opening idle streams cannot take every slot a peer has and lock the other nodes out of it."""
+    max_netmap_peers: int = Field(default=10_000, gt=0)
+    """Both sides: a node announces in HELLO how many peers it accepts (this value, and its
+    ``max_control_frame_bytes``); the coordinator sends at most the smaller of its own and the node's, in
+    pages of at most the node's control frame, and says how many it left out (``Netmap.omitted``)."""
+
     @property
     def max_message_bytes(self) -> int:
         """Largest WebSocket message: writers batch frames up to four data frames plus one control frame."""

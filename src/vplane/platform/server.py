@@ -259,6 +259,14 @@ class Platform:
         labels = dict((key.get("metadata") or {}).get("labels") or {})
         labels[ACCESS_KEY_UID_LABEL] = str((key.get("metadata") or {}).get("uid", ""))
         kind = "vcluster" if identity.key_type == accesskeys.TYPE_VCLUSTER else "agent"
+        instance, namespace = (
+            labels.get("loft.sh/virtualcluster-instance"),
+            labels.get("loft.sh/project-namespace"),
+        )
+        if kind == "vcluster" and instance and namespace:
+            # Set here, never by the node (the coordinator refuses node labels under vplane.io/).
+            labels["vplane.io/tenant"] = instance
+            labels["vplane.io/project"] = namespace.removeprefix(self.settings.project_namespace_prefix)
         return NodeIdentity(identity.user, kind, labels)
 
     async def _on_node_change(self, change: NodeChange) -> None:

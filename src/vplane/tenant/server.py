@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import urllib.parse
 
 import structlog
 
@@ -40,6 +42,11 @@ class TenantServer:
                 "listen_port": settings.listen_port,
                 "shared_store": True,
                 "kubeconfig_name": f"kubeconfig-{settings.replica}.yaml",
+                # The tenant's cluster-admin registers APIServices but has no rights on the platform: it
+                # must not point this process at loopback services, other tenants or the platform
+                # (vplane.apiserver.aggregation). Backends this process serves itself are allowed through
+                # self.api.aggregator.allow_backend.
+                "aggregation_restrict_backends": True,
                 **overrides,
             }
         )
@@ -65,6 +72,7 @@ class TenantServer:
         return self.api.url
 
     async def start(self) -> None:
+        await self._deny_platform_addresses()
         await self.api.start()
         await self._bootstrap()
         await self._join_mesh()
@@ -86,6 +94,19 @@ class TenantServer:
             replica=self.settings.replica,
             url=self.url,
         )
+
+    async def _deny_platform_addresses(self) -> None:
+        """The platform's addresses are never aggregation backends, wherever the platform runs (on this host
+        they are refused anyway, as this host's addresses)."""
+        host = urllib.parse.urlsplit(self.settings.platform_url).hostname or ""
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            log.warning("cannot resolve the platform's address", host=host, error=str(exc))
+            return
+        for address in {str(info[4][0]) for info in infos}:
+            with contextlib.suppress(ValueError):  # a scoped IPv6 address: link-local, refused anyway
+                self.api.aggregator.policy.deny(address)
 
     async def _join_mesh(self) -> None:
         """Register with the platform's coordinator as a node and serve this API on the mesh: direct dials
@@ -113,11 +134,9 @@ class TenantServer:
             settings.platform_url,
             self.access_key,
             hostname=settings.identity,
-            labels={
-                "vplane.io/tenant": settings.name,
-                "vplane.io/project": settings.project,
-                "vplane.io/replica": str(settings.replica),
-            },
+            # The platform sets vplane.io/tenant and vplane.io/project from the access key (nodes may not
+            # send labels under its reserved prefixes), so no node can claim to be another tenant.
+            labels={"replica": str(settings.replica)},
             endpoints=endpoints,
             settings=mesh_settings,
             ssl_context=tls.client_context(settings.platform_ca.read_bytes()),
