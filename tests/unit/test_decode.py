@@ -139,7 +139,7 @@ def test_stored_objects_nest_at_most_246_levels() -> None:
 
 def test_stored_bytes_are_the_object_alone() -> None:
     obj = {"kind": "ConfigMap", "metadata": {"name": "x", "resourceVersion": "5"}, "data": {"k": "v"}}
-    assert codec.stored_bytes(obj) == b'{"metadata":{"name":"x"},"kind":"ConfigMap","data":{"k":"v"}}'
+    assert codec.stored_bytes(obj) == b'{"kind":"ConfigMap","metadata":{"name":"x"},"data":{"k":"v"}}'
 
 
 # -- decoded size ----------------------------------------------------------------------------------------

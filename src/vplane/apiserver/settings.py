@@ -74,6 +74,7 @@ class APIServerSettings(BaseModel):
             raise ValueError(
                 "the service-account-max-token-expiration must be between 1 hour and 2^32 seconds"
             )
+        return value
 
     # -- aggregation backend policy (issue 7, item 6) ------------------------------------------------
     aggregation_restrict_backends: bool = False
