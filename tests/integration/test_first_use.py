@@ -177,7 +177,9 @@ def test_an_api_server_whose_store_writer_fails_stops(apiserver: APIServerProces
         try:
             with sqlite3.connect(apiserver.data_dir / "state.db") as db:
                 (top,) = db.execute("SELECT MAX(rev) FROM log").fetchone()
-                db.execute("INSERT INTO log VALUES (?, ?, ?, 0, 0, ?)", (top + 1, "/intruder", top + 1, b"{}"))
+                db.execute(
+                    "INSERT INTO log VALUES (?, ?, ?, 0, 0, ?)", (top + 1, "/intruder", top + 1, b"{}")
+                )
             break
         except sqlite3.IntegrityError:
             time.sleep(0.1)
@@ -235,6 +237,9 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
         up.interrupt()
         assert up.proc.wait(STOP_BOUND) == 128 + signal.SIGINT
         assert "stopping at once" in up.log()
+        deadline = time.monotonic() + 10  # killed, then reaped by init once its parent has exited
+        while _alive(stuck) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert not _alive(stuck)
     finally:
         up.stop()

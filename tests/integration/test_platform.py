@@ -11,147 +11,28 @@ import base64
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 import yaml
 
-from harness import Kubectl, PlatformProcess
-from vplane.mesh import Dialer, NodeSession, RegistrationError
-from vplane.mesh.settings import MeshSettings
+from harness import Kubectl
+from platformkit import (
+    TWO_REPLICAS,
+    Platform,
+    eventually,
+    start_platform,
+    stop_platform,
+    vci_manifest,
+    wait_ready,
+)
+from vplane.mesh import Dialer, RegistrationError
 from vplane.support import tls
 
 pytestmark = pytest.mark.integration
-
-FAST = {
-    "token_review_ttl_seconds": 1.0,
-    "mesh": '{"heartbeat_interval_seconds": 0.5, "session_silence_timeout_seconds": 3}',
-    "tenant_mesh": '{"heartbeat_interval_seconds": 0.5, "reconnect_backoff_min_seconds": 0.2,'
-    ' "reconnect_backoff_max_seconds": 1.0, "dial_timeout_seconds": 2}',
-    "tenant_restart_backoff_seconds": 0.2,
-}
-TWO_REPLICAS = "controlPlane:\n  statefulSet:\n    highAvailability:\n      replicas: 2\n"
-
-
-def eventually(check: Callable[[], bool], timeout: float = 30.0, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(interval)
-
-
-def vci_manifest(name: str, values: str = "", project: str = "default") -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "management.loft.sh/v1",
-            "kind": "VirtualClusterInstance",
-            "metadata": {"name": name, "namespace": f"p-{project}"},
-            "spec": {"template": {"helmRelease": {"values": values}}, "networkPeer": True},
-        }
-    )
-
-
-def wait_ready(k: Kubectl, name: str, project: str = "default", timeout: float = 90) -> None:
-    k.run(
-        "wait",
-        "--for=jsonpath={.status.phase}=Ready",
-        f"virtualclusterinstance/{name}",
-        "-n",
-        f"p-{project}",
-        f"--timeout={int(timeout)}s",
-        timeout=timeout + 10,
-    )
-
-
-class Platform:
-    def __init__(self, proc: PlatformProcess, kubectl: Kubectl, home: Path) -> None:
-        self.proc = proc
-        self.k = kubectl
-        self.home = home
-
-    def vplane(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "VPLANE_HOME": str(self.home)}
-        result = subprocess.run(
-            [sys.executable, "-m", "vplane.cli.main", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"vplane {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-        return result
-
-    def tenant_kubectl(self, name: str, token: str | None, tmp: Path, project: str = "default") -> Kubectl:
-        """kubectl against a tenant through the platform's /kubernetes/project/... path."""
-        admin = yaml.safe_load(self.proc.kubeconfig.read_text())
-        ca = admin["clusters"][0]["cluster"]["certificate-authority-data"]
-        token = token or admin["users"][0]["user"]["token"]
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "t",
-            "clusters": [
-                {
-                    "name": "t",
-                    "cluster": {
-                        "server": f"{self.proc.url}/kubernetes/project/{project}/virtualcluster/{name}",
-                        "certificate-authority-data": ca,
-                    },
-                }
-            ],
-            "users": [{"name": "t", "user": {"token": token}}],
-            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-        }
-        path = tmp / f"{name}-{abs(hash(token)) % 10**8}.yaml"
-        path.write_text(yaml.safe_dump(doc))
-        return Kubectl(self.k.binary, path, tmp / f"cache-{path.stem}")
-
-    def access_key(self, vci: str, project: str = "default") -> str:
-        raw = self.k.run(
-            "get",
-            "--raw",
-            f"/apis/management.loft.sh/v1/namespaces/p-{project}/virtualclusterinstances/{vci}/accesskey",
-        ).stdout
-        key: str = json.loads(raw)["accessKey"]
-        return key
-
-    def mesh_settings(self) -> MeshSettings:
-        return MeshSettings(
-            direct_ca_pem=(self.proc.data_dir / "mesh" / "ca.crt").read_text(),
-            heartbeat_interval_seconds=0.5,
-            dial_timeout_seconds=2,
-        )
-
-    def node(self, key: str, hostname: str, environ: dict[str, str] | None = None) -> NodeSession:
-        return NodeSession(
-            self.proc.url,
-            key,
-            hostname=hostname,
-            settings=self.mesh_settings(),
-            ssl_context=tls.client_context(self.proc.ca.read_bytes()),
-            environ=environ,
-        )
-
-
-def start_platform(tmp: Path, kubectl_path: str, name: str = "platform") -> Platform:
-    proc = PlatformProcess(tmp / name, FAST)
-    proc.start()
-    k = Kubectl(kubectl_path, proc.kubeconfig, tmp / f"{name}-cache")
-    k.apply("apiVersion: management.loft.sh/v1\nkind: Project\nmetadata: {name: default}\n")
-    eventually(lambda: k.run("get", "namespace", "p-default", check=False).code == 0)
-    return Platform(proc, k, tmp / f"{name}-home")
-
-
-def stop_platform(platform: Platform) -> None:
-    platform.proc.stop()
-    platform.proc.kill_tenants()
 
 
 @pytest.fixture(scope="module")

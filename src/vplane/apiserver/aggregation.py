@@ -31,12 +31,13 @@ import asyncio
 import base64
 import contextlib
 import errno
+import hashlib
 import ipaddress
 import socket
 import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 import orjson
@@ -240,9 +241,22 @@ class Backend:
         return not self.spec.get("service")
 
 
+class LocalBackend(Protocol):
+    """A backend served inside this process (the tenant's resource proxy): requests are handed to it
+    in-process instead of over a socket, so each replica reaches its own backend and replicas or tenants on
+    one machine never compete for the address its Service names."""
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse: ...
+
+    async def fetch(self, path: str) -> tuple[int, bytes]:
+        """GET ``path`` (availability checks and OpenAPI): status and body."""
+        ...
+
+
 class Aggregator:
     def __init__(self, server: APIServer) -> None:
         self.server = server
+        self.local_backends: dict[tuple[str, int], LocalBackend] = {}
         self.policy = BackendPolicy.from_settings(server.settings)
         self.resolver = CheckedResolver(self.policy)
         self.backends: dict[tuple[str, str], Backend] = {}
@@ -257,6 +271,20 @@ class Aggregator:
         server.hub.on_event.append(self.on_event)
         if self.policy.restricted:
             server.admission.add(_TLSAdmission(self))
+
+    def serve_locally(self, host: str, port: int, backend: LocalBackend) -> None:
+        """Answer APIServices whose Service resolves to ``host:port`` with ``backend``, in-process."""
+        self.local_backends[(normalize_host(host), port)] = backend
+        self._wake.set()
+
+    def _local(self, backend: Backend) -> LocalBackend | None:
+        if not self.local_backends:
+            return None
+        try:
+            host, port = self.service_address(backend.spec)
+        except errors.StatusError:
+            return None
+        return self.local_backends.get((normalize_host(host), port))
 
     def allow_backend(self, host: str, port: int) -> None:
         """Exempt ``host:port`` from the backend policy: a backend this process serves itself (the tenant's
@@ -339,6 +367,9 @@ class Aggregator:
             return None
         if not backend.available:
             return web.Response(status=503, text="service unavailable\n")
+        local = self._local(backend)
+        if local is not None:
+            return await local.handle(request)
         if request.headers.get("Upgrade") or "upgrade" in request.headers.get("Connection", "").lower():
             raise errors.StatusError(
                 501, "NotImplemented", "the aggregator does not proxy connection upgrades yet"
@@ -476,6 +507,10 @@ class Aggregator:
         if backend.local:
             await self._set_condition(backend, True, "Local", "Local APIServices are always available")
             return
+        local = self._local(backend)
+        if local is not None:
+            await self._check_local(backend, local)
+            return
         try:
             url = self.target(backend)
         except errors.StatusError as exc:
@@ -523,6 +558,52 @@ class Aggregator:
         backend.openapi = await self._fetch_openapi(backend, session, url, headers)
         await self._set_condition(backend, True, "Passed", "all checks passed")
 
+    async def _check_local(self, backend: Backend, local: LocalBackend) -> None:
+        path = f"/apis/{backend.group}/{backend.version}"
+        try:
+            async with asyncio.timeout(self.discovery_timeout):
+                status, body = await local.fetch(path)
+        except TimeoutError:
+            status, body = 0, b""
+        if status // 100 != 2:
+            backend.stale = True
+            await self._set_condition(
+                backend, False, "FailedDiscoveryCheck", f"failing or missing response from {path}: {status}"
+            )
+            return
+        backend.resources = _aggregated_resources(backend.group, backend.version, body)
+        backend.stale = False
+        document = await self._local_openapi(backend, local)
+        if document is not None:
+            backend.openapi = document
+        await self._set_condition(backend, True, "Passed", "all checks passed")
+
+    async def _local_openapi(self, backend: Backend, local: LocalBackend) -> tuple[bytes, str] | None:
+        """The backend's OpenAPI for its group/version; None (keep the last one) when it cannot answer."""
+        key = f"apis/{backend.group}/{backend.version}"
+        try:
+            async with asyncio.timeout(self.discovery_timeout):
+                status, root_body = await local.fetch("/openapi/v3")
+                if status != 200:
+                    return None
+                relative = ((orjson.loads(root_body).get("paths") or {}).get(key) or {}).get(
+                    "serverRelativeURL"
+                )
+                if not relative:
+                    return None
+                status, body = await local.fetch(str(relative))
+        except (TimeoutError, orjson.JSONDecodeError, AttributeError):
+            return None
+        if status != 200:
+            return None
+        return self._openapi_document(backend, body)
+
+    def _openapi_document(self, backend: Backend, body: bytes) -> tuple[bytes, str]:
+        digest = hashlib.sha512(body).hexdigest().upper()
+        if backend.openapi is None or backend.openapi[1] != digest:
+            self.server.registry.generation += 1
+        return body, digest
+
     async def _fetch_openapi(
         self, backend: Backend, session: aiohttp.ClientSession, url: str, headers: list[tuple[str, str]]
     ) -> tuple[bytes, str] | None:
@@ -550,12 +631,7 @@ class Aggregator:
                 body = await resp.read()
         except (aiohttp.ClientError, OSError, TimeoutError, orjson.JSONDecodeError, AttributeError):
             return None
-        import hashlib
-
-        digest = hashlib.sha512(body).hexdigest().upper()
-        if backend.openapi is None or backend.openapi[1] != digest:
-            self.server.registry.generation += 1
-        return body, digest
+        return self._openapi_document(backend, body)
 
     def openapi_documents(self) -> dict[str, tuple[bytes, str]]:
         return {
@@ -618,7 +694,7 @@ class Aggregator:
 
 class _TLSAdmission:
     """Refuses ``insecureSkipTLSVerify`` APIServices where backends are restricted (422), unless their
-    Service points at an allowed backend; routing refuses them again, should the Service change later."""
+    Service points at an allowed or in-process backend; routing refuses them again, should the Service change later."""
 
     def __init__(self, aggregator: Aggregator) -> None:
         self.aggregator = aggregator
@@ -635,7 +711,9 @@ class _TLSAdmission:
         if why is None or not spec.get("service"):
             return
         with contextlib.suppress(errors.StatusError):
-            if policy.exempt(*self.aggregator.service_address(spec)):
+            host, port = self.aggregator.service_address(spec)
+            # A backend this process serves in-process (the resource proxy) is never dialled.
+            if policy.exempt(host, port) or (normalize_host(host), port) in self.aggregator.local_backends:
                 return
         raise errors.invalid(
             "APIService",

@@ -258,6 +258,13 @@ def tenant() -> None:
     metavar="NAME=VALUE",
     help="Override a MeshSettings field of this replica.",
 )
+@click.option(
+    "--proxy-set",
+    "proxy_overrides",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override a ProxySettings field of this replica's resource proxy.",
+)
 @click.option("--ready-file", type=click.Path(path_type=Path), default=None)
 @list_settings_option(_tenant_settings, skip=("listen_host", "listen_port", "replica", "replicas"))
 def tenant_start(
@@ -274,6 +281,7 @@ def tenant_start(
     overrides: tuple[str, ...],
     api_overrides: tuple[str, ...],
     mesh_overrides: tuple[str, ...],
+    proxy_overrides: tuple[str, ...],
     ready_file: Path | None,
 ) -> None:
     """Run one replica of a tenant control plane."""
@@ -285,7 +293,8 @@ def tenant_start(
     host, port = parse_listen(listen)
     api: dict[str, Any] = {}
     mesh: dict[str, Any] = {}
-    for target, items in ((api, api_overrides), (mesh, mesh_overrides)):
+    proxy: dict[str, Any] = {}
+    for target, items in ((api, api_overrides), (mesh, mesh_overrides), (proxy, proxy_overrides)):
         for item in items:
             key, _, raw = item.partition("=")
             target[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw else ""
@@ -304,6 +313,8 @@ def tenant_start(
             "platform_ca": platform_ca,
             "access_key_file": access_key_file,
             "apiserver": api,
+            "mesh": mesh,
+            "proxy": proxy,
         },
         overrides,
     )

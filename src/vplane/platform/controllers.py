@@ -146,7 +146,9 @@ class VirtualClusterController:
             return None
         access_key = await self.access_key(vci)
         tenant = await self.supervisor.ensure(
-            TenantSpec(project, namespace, name, config.replicas, str(access_key["spec"]["key"]))
+            TenantSpec(
+                project, namespace, name, config.replicas, str(access_key["spec"]["key"]), values or ""
+            )
         )
         ready = tenant.ready_replicas
         if tenant.failed:

@@ -14,6 +14,7 @@ import structlog
 from aiohttp import web
 
 from vplane.apiserver import timeutil
+from vplane.apiserver.context import UserInfo
 from vplane.apiserver.objects import DeleteOptions
 from vplane.apiserver.server import APIServer, write_kubeconfig
 from vplane.apiserver.settings import APIServerSettings
@@ -27,6 +28,7 @@ from vplane.platform import kinds
 from vplane.platform.admission import PlatformAdmission
 from vplane.platform.controllers import ProjectController, VirtualClusterController
 from vplane.platform.identity import AccessKeyIndex
+from vplane.platform.proxyaccess import ProxyTargetAccess
 from vplane.platform.settings import PlatformSettings
 from vplane.platform.tenantproxy import PREFIX, TenantProxy
 from vplane.platform.tenants import TenantSupervisor
@@ -64,6 +66,8 @@ class Platform:
         )
         self.api.subresource_handlers[(GROUP, "clusters", "accesskey")] = self.keys.cluster_accesskey
         self.api.admission.add(PlatformAdmission(self.api))
+        self.proxy_access = ProxyTargetAccess(self.api, settings.project_namespace_prefix)
+        self.api.admission.add(self.proxy_access)
         self.api.path_prefixes.append("/kubernetes/management")
         self.coordinator = Coordinator(
             self._authenticate_node,
@@ -267,6 +271,10 @@ class Platform:
             # Set here, never by the node (the coordinator refuses node labels under vplane.io/).
             labels["vplane.io/tenant"] = instance
             labels["vplane.io/project"] = namespace.removeprefix(self.settings.project_namespace_prefix)
+            user = UserInfo(identity.user, identity.key_name, (*identity.groups, "system:authenticated"))
+            refusal = await self.proxy_access.registration_refusal(user, namespace, instance)
+            if refusal is not None:
+                raise AuthenticationError(refusal)
         return NodeIdentity(identity.user, kind, labels)
 
     async def _on_node_change(self, change: NodeChange) -> None:

@@ -33,6 +33,8 @@ class PlatformSettings(BaseModel):
     """Overrides for the coordinator's MeshSettings (heartbeat, offline and GC timings, windows)."""
     tenant_mesh: dict[str, object] = Field(default_factory=dict)
     """Overrides for every tenant replica's MeshSettings (dial timeout, reconnect backoff, ...)."""
+    tenant_proxy: dict[str, object] = Field(default_factory=dict)
+    """Overrides for every tenant replica's resource-proxy ProxySettings (dial timeout, quarantine, ...)."""
     tenant_apiserver: dict[str, object] = Field(default_factory=dict)
     """Overrides passed to every tenant replica's API server (``--set`` on ``vplane tenant start``)."""
 

@@ -27,6 +27,8 @@ from vplane.support.files import private_dir, write_private
 
 log = structlog.get_logger("vplane.platform.tenants")
 
+CONFIG_FILE = "vcluster.yaml"
+
 
 @dataclass(frozen=True)
 class TenantSpec:
@@ -35,6 +37,8 @@ class TenantSpec:
     name: str
     replicas: int
     access_key: str
+    values: str = ""
+    """The VirtualClusterInstance's vcluster.yaml (helm values): replicas read it from ``vcluster.yaml``."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -104,13 +108,23 @@ class TenantSupervisor:
     async def ensure(self, spec: TenantSpec) -> Tenant:
         """Bring the tenant to ``spec.replicas`` running replicas (idempotent)."""
         tenant = self.tenants.get(spec.key)
+        if tenant is not None and tenant.spec.values != spec.values:
+            # A changed vcluster.yaml restarts the control plane, as a changed helm release restarts its
+            # pods (the runbook's decommission step: "The control plane pod restarts").
+            log.info("tenant configuration changed; restarting its replicas", tenant=spec.name)
+            await self._stop_all(tenant)
+            for ready in tenant.directory.glob("replica-*.ready"):
+                ready.unlink(missing_ok=True)
+            write_private(tenant.directory / CONFIG_FILE, spec.values)
+            tenant.spec = spec
         if tenant is None or tenant.spec.access_key != spec.access_key:
             if tenant is not None:
                 await self._stop_all(tenant)
             tenant = Tenant(spec, self.directory(spec.namespace, spec.name))
             private_dir(tenant.directory)
-            _forget_replicas_of_another_key(tenant.directory, spec.access_key)
+            _forget_stale_replicas(tenant.directory, spec)
             write_private(tenant.directory / "access-key", spec.access_key)
+            write_private(tenant.directory / CONFIG_FILE, spec.values)
             self._mesh_material(tenant.directory)
             self.tenants[spec.key] = tenant
         tenant.spec = spec
@@ -264,6 +278,8 @@ class TenantSupervisor:
             "--ready-file",
             str(ready_file),
             "--set",
+            f"config_file={tenant.directory / CONFIG_FILE}",
+            "--set",
             f"token_review_ttl_seconds={self.settings.token_review_ttl_seconds}",
             "--set",
             f"token_review_cache_max_entries={self.settings.token_review_cache_max_entries}",
@@ -274,6 +290,8 @@ class TenantSupervisor:
             cmd += ["--apiserver-set", f"{name}={value}"]
         for name, value in self.settings.tenant_mesh.items():
             cmd += ["--mesh-set", f"{name}={value}"]
+        for name, value in self.settings.tenant_proxy.items():
+            cmd += ["--proxy-set", f"{name}={value}"]
         return cmd
 
     async def _stop(self, replica: Replica) -> None:
@@ -375,18 +393,19 @@ def _is_replica(pid: int, directory: Path) -> bool:
     return b"tenant" in cmdline and str(directory).encode() in cmdline
 
 
-def _forget_replicas_of_another_key(directory: Path, access_key: str) -> None:
-    """Replicas left running by an earlier platform process read their key when they started; if the
-    tenant's key changed since (revoked and minted anew), they must not be adopted: without their ready
-    files the supervisor stops and restarts them with the current key."""
-    key_file = directory / "access-key"
-    try:
-        if key_file.read_text() == access_key:
-            return
-    except OSError:
+def _forget_stale_replicas(directory: Path, spec: TenantSpec) -> None:
+    """Replicas left running by an earlier platform process read their key and vcluster.yaml when they
+    started; if either changed since (the key revoked and minted anew, the configuration edited), they must
+    not be adopted: without their ready files the supervisor stops and restarts them."""
+    for name, wanted in (("access-key", spec.access_key), (CONFIG_FILE, spec.values)):
+        try:
+            if (directory / name).read_text() == wanted:
+                continue
+        except OSError:
+            continue
+        for ready in directory.glob("replica-*.ready"):
+            ready.unlink(missing_ok=True)
         return
-    for ready in directory.glob("replica-*.ready"):
-        ready.unlink(missing_ok=True)
 
 
 def _terminate(pid: int) -> None:

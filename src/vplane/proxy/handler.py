@@ -258,23 +258,50 @@ class ResourceProxy:
     # -- discovery -------------------------------------------------------------------------------------
 
     async def _discovery(self, request: web.BaseRequest, outcome: Outcome) -> web.StreamResponse:
+        status, body, headers = await self._discovery_answer(
+            request.method, request.rel_url.path_qs, self._headers(request), outcome
+        )
+        return web.Response(status=status, body=body, headers=headers)
+
+    async def _discovery_answer(
+        self, method: str, path_qs: str, headers: CIMultiDict[str], outcome: Outcome
+    ) -> tuple[int, bytes, CIMultiDict[str]]:
+        """The target's discovery document while it answers, else the fallback (always 200, spec §5)."""
         try:
-            upstream = await self._send(
-                request.method, request.rel_url.path_qs, self._headers(request), None, outcome
-            )
+            upstream = await self._send(method, path_qs, headers, None, outcome)
         except Unavailable:
             reason = outcome.reason if outcome.reason in (r.value for r in Reason) else "upstream_error"
             return self._fallback(reason)
-        if upstream.status in (401, 404) or upstream.status >= 500:
-            upstream.release()
-            outcome.set("upstream")
-            return self._fallback("upstream_error")
+        async with upstream:
+            status = upstream.status
+            body = await upstream.read() if status < 400 else b""
+            answer_headers = _end_to_end(upstream.headers)
         outcome.set("upstream")
-        return await self._relay(request, upstream)
+        if status in (401, 404) or status >= 500:
+            return self._fallback("upstream_error")
+        return status, body, answer_headers
 
-    def _fallback(self, reason: str) -> web.StreamResponse:
+    def _fallback(self, reason: str) -> tuple[int, bytes, CIMultiDict[str]]:
         self.metrics.discovery_fallbacks.labels(self.label, self.target.group_version, reason).inc()
-        return web.Response(body=discovery.fallback_body(self.target), content_type=JSON_TYPE)
+        return 200, discovery.fallback_body(self.target), CIMultiDict({"Content-Type": JSON_TYPE})
+
+    async def fetch(self, path: str) -> tuple[int, bytes]:
+        """A GET from inside the replica (the aggregator's availability check and OpenAPI download), as
+        the client's identity like every proxied request; discovery falls back as for any caller."""
+        headers: CIMultiDict[str] = CIMultiDict(
+            {"Accept": JSON_TYPE, "Authorization": f"Bearer {self._access_key()}"}
+        )
+        outcome = Outcome()
+        if discovery.is_discovery(path, self.target):
+            status, body, _ = await self._discovery_answer("GET", path, headers, outcome)
+            self._count(outcome, "get", status)
+            return status, body
+        try:
+            upstream = await self._send("GET", path, headers, None, outcome)
+        except Unavailable:
+            return 503, b""
+        async with upstream:
+            return upstream.status, await upstream.read()
 
     # -- resource requests ---------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import socket
 import urllib.parse
 
 import structlog
+from aiohttp import web
 
 from vplane.apiserver.context import RequestContext
 from vplane.apiserver.server import APIServer
@@ -20,12 +21,17 @@ from vplane.apiserver.settings import APIServerSettings
 from vplane.controllers.client import KubeClient
 from vplane.controllers.leaderelection import LeaderElector
 from vplane.kube import errors
+from vplane.kube import tenantconfig as tenant_config
 from vplane.kube.accesskeys import ADMINS_GROUP
+from vplane.mesh.dialer import Dialer
 from vplane.mesh.session import DirectListener, NodeSession, RegistrationError, tls_server_context
 from vplane.mesh.settings import MeshSettings
+from vplane.proxy.handler import ProxySettings
+from vplane.proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from vplane.support import tls
 from vplane.support.tasks import cancel_and_wait
 from vplane.tenant.identity import PlatformTokenReviewer
+from vplane.tenant.proxywiring import METRICS_PATH, TenantProxy
 from vplane.tenant.settings import TenantSettings
 
 log = structlog.get_logger("vplane.tenant")
@@ -61,6 +67,10 @@ class TenantServer:
             max_token_bytes=settings.token_max_bytes,
         )
         self.api.token_authenticators.append(self.reviewer)
+        values = settings.config_file.read_text() if settings.config_file is not None else ""
+        self.config = tenant_config.parse(values, field="vcluster.yaml")
+        self.proxy: TenantProxy | None = None
+        self.api.extra_routes[METRICS_PATH] = self._metrics
         self.node: NodeSession | None = None
         self.listener: DirectListener | None = None
         self.elector: LeaderElector | None = None
@@ -76,6 +86,7 @@ class TenantServer:
         await self.api.start()
         await self._bootstrap()
         await self._join_mesh()
+        await self._start_proxy()
         self.client = KubeClient.from_kubeconfig(self.api.kubeconfig_path, field_manager="vplane-tenant")
         self.elector = LeaderElector(
             self.client,
@@ -152,6 +163,38 @@ class TenantServer:
         except RegistrationError as exc:
             log.error("the platform refused this tenant's registration", tenant=settings.name, error=str(exc))
 
+    async def _start_proxy(self) -> None:
+        """The resource proxy, when ``experimental.proxy.customResources`` enables a group/version: every
+        replica runs its own (spec §2.2); the aggregator hands it requests in-process."""
+        targets = self.config.proxy_targets(self.settings.project)
+        if not targets or self.node is None:
+            return
+        namespaces = self.api.registry.get("", "v1", "namespaces")
+        assert namespaces is not None
+
+        async def namespace_exists(name: str) -> bool:
+            return self.api.objects.get(namespaces, "", name) is not None
+
+        self.proxy = TenantProxy(
+            targets,
+            client_name=self.settings.name,
+            client_project=self.settings.project,
+            access_key=lambda: self.access_key,
+            node=self.node,
+            dialer=Dialer(self.node),
+            namespace_exists=namespace_exists,
+            settings=ProxySettings.model_validate(self.settings.proxy),
+            resync_seconds=self.settings.proxy_registration_resync_seconds,
+        )
+        for proxy in self.proxy.runner.proxies:
+            self.api.aggregator.serve_locally("localhost", proxy.target.port, proxy)
+        await self.proxy.start()
+
+    async def _metrics(self, request: web.Request, ctx: RequestContext) -> web.StreamResponse:
+        """``/metrics/syncer``: the resource proxy's series (none when no proxy runs)."""
+        body = self.proxy.runner.metrics.render() if self.proxy is not None else b""
+        return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
+
     async def _bootstrap(self) -> None:
         """Platform administrators administer every tenant cluster."""
         ctx: RequestContext = self.api.system_context()
@@ -184,12 +227,16 @@ class TenantServer:
             await asyncio.sleep(self.settings.leader_election.retry_period)
 
     async def _lead(self) -> None:
-        """Work only the leader does (the resource proxy's APIService registration comes here)."""
+        """Work only the leader does: the resource proxy's APIService registration."""
         log.info("became leader", tenant=self.settings.name, identity=self.settings.identity)
+        if self.proxy is not None and self.client is not None:
+            await self.proxy.register_forever(self.client)
         await asyncio.Event().wait()
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
+        if self.proxy is not None:
+            await self.proxy.stop()
         if self.node is not None:
             await self.node.close()
         if self.listener is not None:

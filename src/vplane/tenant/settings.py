@@ -41,6 +41,15 @@ class TenantSettings(BaseModel):
     token_max_bytes: int = Field(default=4096, ge=1)
     """Longer bearer tokens get 401 before the platform is asked (access keys are 64 characters)."""
 
+    # -- the resource proxy (issue 8) ---------------------------------------------------------------
+    config_file: Path | None = None
+    """This tenant's vcluster.yaml (the VirtualClusterInstance's helm values, written by the platform);
+    ``experimental.proxy.customResources`` in it starts the resource proxy."""
+    proxy: dict[str, object] = Field(default_factory=dict)
+    """Overrides for the resource proxy's ProxySettings (dial timeout, quarantine, staleness, request cap)."""
+    proxy_registration_resync_seconds: float = Field(default=60.0, gt=0)
+    """The leader re-applies the proxy's APIServices, Services and protection this often."""
+
     @property
     def lease_name(self) -> str:
         return f"vcluster-{self.name}-controller"
