@@ -446,7 +446,9 @@ class ResourceProxy:
     async def _ensure_target_namespace(self, namespace: str, outcome: Outcome) -> None:
         if namespace in self._target_namespaces:
             return
-        headers: CIMultiDict[str] = CIMultiDict({"Accept": JSON_TYPE})
+        headers: CIMultiDict[str] = CIMultiDict(
+            {"Accept": JSON_TYPE, "Authorization": f"Bearer {self._access_key()}"}
+        )
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}"
         upstream = await self._send("GET", path, headers, None, outcome)
         async with upstream:
@@ -462,7 +464,8 @@ class ResourceProxy:
                 status = 200 if created.status in (201, 409) else created.status
         if status == 200:
             self._target_namespaces.add(namespace)
-        # Otherwise the write itself gets the target's answer (e.g. 403 if the client may not create it).
+        else:  # the write itself gets the target's answer (e.g. 403 if the client may not create it)
+            self.log.warning("cannot mirror namespace to target cluster", namespace=namespace, status=status)
 
     # -- watches ---------------------------------------------------------------------------------------
 
