@@ -94,6 +94,17 @@ def wire_bytes(kv: KeyValue) -> bytes:
     return b"".join((_WIRE_PREFIX, str(kv.mod_revision).encode(), b'",', value[len(_STORED_PREFIX) :]))
 
 
+def wire_pieces(kv: KeyValue) -> tuple[bytes, memoryview]:
+    """:func:`wire_bytes` as a short head and a view of the stored value, without copying the value
+    (a watch writes a large object in slices, so an unread stream holds a slice, not a copy)."""
+    value = kv.value
+    if not value.startswith(_STORED_PREFIX):
+        raise ValueError(f"stored value of {kv.key} is not in canonical form")
+    return b"".join((_WIRE_PREFIX, str(kv.mod_revision).encode(), b'",')), memoryview(value)[
+        len(_STORED_PREFIX) :
+    ]
+
+
 def join_wire(kvs: list[KeyValue], separator: bytes = b",") -> bytes:
     """Many objects' wire bytes joined, without copying each stored value first (list responses)."""
     parts: list[bytes | memoryview] = []

@@ -40,7 +40,7 @@ from vplane.kube.objects import Obj
 from vplane.storage.cache import Cache
 from vplane.storage.interface import Store
 from vplane.storage.sqlite import SQLiteStore
-from vplane.support import kubeconfig, requestheader, tls
+from vplane.support import httpserver, kubeconfig, requestheader, tls
 from vplane.support.tasks import cancel_and_wait
 
 log = structlog.get_logger("vplane.apiserver")
@@ -118,6 +118,9 @@ class APIServer:
         self.port = settings.listen_port
         self.ready = False
         self._pending_writes = 0
+        self._unauthenticated = 0
+        """Requests in flight whose caller is not (yet) authenticated (``max_unauthenticated_in_flight``)."""
+        self.connections = httpserver.ConnectionSlots(settings.max_connections)
         self.aggregator = Aggregator(self)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -151,23 +154,34 @@ class APIServer:
             assert isinstance(request, web.Request)
             return await self.handle(request)
 
-        server = web.Server(handler, request_factory=make_request, access_log=None)
+        settings = self.settings
+        limits = httpserver.ConnectionLimits(
+            header_timeout=settings.request_header_timeout_seconds,
+            body_grace=settings.request_body_grace_seconds,
+            body_min_rate=settings.request_body_min_bytes_per_second,
+            send_timeout=settings.response_send_timeout_seconds,
+        )
+        server = httpserver.GuardedServer(
+            handler,
+            limits=limits,
+            request_factory=make_request,
+            access_log=None,
+            keepalive_timeout=settings.idle_timeout_seconds,
+        )
         runner = web.ServerRunner(server, handle_signals=False)
         self._runner = runner
         await runner.setup()
-        site = web.TCPSite(
+        self.connections = httpserver.ConnectionSlots(self._connection_limit())
+        site = httpserver.GuardedSite(
             runner,
-            self.settings.listen_host,
-            self.settings.listen_port,
+            settings.listen_host,
+            settings.listen_port,
             ssl_context=ssl_ctx,
-            reuse_address=True,
+            handshake_timeout=settings.request_header_timeout_seconds,
+            slots=self.connections,
         )
         await site.start()
-        if self.settings.listen_port == 0:
-            listener = site._server  # aiohttp exposes the bound port only here
-            assert listener is not None
-            sockets = getattr(listener, "sockets", None) or []
-            self.port = sockets[0].getsockname()[1]
+        self.port = site.port
         self._write_kubeconfig(admin_token)
         self._tasks.append(asyncio.create_task(self._compactor()))
         self._tasks.extend(self.gc.start())
@@ -186,6 +200,20 @@ class APIServer:
         if self.delegate is not None:
             await self.delegate.close()
         await self.store.close()
+
+    def _connection_limit(self) -> int:
+        """``max_connections``, kept to half the descriptors this process may open (after raising its
+        soft limit to the hard one): the rest are for the store, logs and outgoing connections."""
+        descriptors = httpserver.raise_open_file_limit()
+        limit = min(self.settings.max_connections, max(1, descriptors // 2))
+        if limit < self.settings.max_connections:
+            log.warning(
+                "connection limit lowered to half the descriptor limit",
+                max_connections=self.settings.max_connections,
+                descriptors=descriptors,
+                limit=limit,
+            )
+        return limit
 
     @property
     def web_server(self) -> web.Server:
@@ -350,8 +378,8 @@ class APIServer:
             return await self._handle(request)
         except errors.StatusError as exc:
             return status_response(exc)
-        except (ConnectionResetError, asyncio.CancelledError):
-            raise
+        except (ConnectionError, asyncio.CancelledError):
+            raise  # the client went away (aiohttp drops the connection quietly)
         except Exception as exc:
             log.exception("request failed", path=request.path, method=request.method)
             return status_response(errors.internal_error(str(exc) or type(exc).__name__))
@@ -393,15 +421,34 @@ class APIServer:
                     break
         if public is not None:
             return await public(request)
-        user = await self.authenticate(request)
-        if user is None:
-            if path in PUBLIC_PATHS:
+        # Until its caller is known a request counts as unauthenticated, and so does all of an anonymous
+        # one: a flood of unknown tokens (each a token review) or anonymous requests is capped. Health and
+        # version probes without credentials are answered regardless (they cost nothing).
+        if self._unauthenticated >= self.settings.max_unauthenticated_in_flight and not (
+            path in PUBLIC_PATHS and "Authorization" not in request.headers
+        ):
+            raise errors.try_again_later()
+        self._unauthenticated += 1
+        counted = True
+        try:
+            user = await self.authenticate(request)
+            if user is not None:
+                self._unauthenticated -= 1
+                counted = False
+            elif path in PUBLIC_PATHS:
                 return self._public(path)
-            if not self.settings.anonymous_auth:
+            elif not self.settings.anonymous_auth:
                 raise errors.unauthorized()
-            from vplane.apiserver.context import ANONYMOUS
+            else:
+                from vplane.apiserver.context import ANONYMOUS
 
-            user = ANONYMOUS
+                user = ANONYMOUS
+            return await self._authenticated(request, user, path)
+        finally:
+            if counted:
+                self._unauthenticated -= 1
+
+    async def _authenticated(self, request: web.Request, user: UserInfo, path: str) -> web.StreamResponse:
         query = request.query
         info = requestinfo.parse(request.method, path, query.get("watch", "").lower() in ("true", "1"))
         user = await self._impersonate(request, user)
@@ -600,7 +647,7 @@ class APIServer:
             return await h.watch(request, ctx, rtype, info)
         if verb in ("create", "update", "patch", "delete", "deletecollection"):
             if self._pending_writes >= self.settings.write_queue_limit:
-                raise errors.too_many_requests("Too many requests, please try again later.", 1)
+                raise errors.try_again_later()
             self._pending_writes += 1
             try:
                 if verb == "create":
