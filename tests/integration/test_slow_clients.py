@@ -7,6 +7,7 @@ debug log (``watch started``/``watch ended`` carry ``watches=<n>``).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import http.client
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from aiohttp import web
 
 from harness import APIServerProcess, Kubectl, PlatformProcess
 from vplane.support import tls
@@ -269,6 +271,140 @@ def test_connections_over_the_limit_are_refused_while_open_ones_work(
         sock.close()
 
 
+def test_anonymous_requests_in_flight_are_capped(apiserver: APIServerProcess, wires: Wires) -> None:
+    server = apiserver.start(anonymous_auth=True, max_unauthenticated_in_flight=2)
+    create(
+        server,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": "anonymous-view"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [
+                {"kind": "Group", "name": "system:unauthenticated", "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    )
+    anonymous = wires(server.url, server.ssl_context(), "")
+
+    def anonymous_get(path: str) -> tuple[ssl.SSLSocket, int]:
+        sock = anonymous.connect()
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {anonymous.host}\r\n\r\n".encode())
+        return sock, read_head(sock)[0]
+
+    listing = "/api/v1/namespaces/default/configmaps"
+    eventually(lambda: anonymous_get(listing)[1] == 200)
+    held = [anonymous_get(listing + "?watch=1") for _ in range(2)]
+    assert [code for _, code in held] == [200, 200]
+    assert anonymous_get(listing)[1] == 429
+    # authenticated callers and health probes without credentials are still answered
+    assert server.request("GET", listing)[0] == 200
+    assert anonymous_get("/readyz")[1] == 200
+    held[0][0].close()
+    eventually(lambda: anonymous_get(listing)[1] == 200, timeout=10)
+
+
+class SlowTokenReviewer:
+    """A main API server stand-in whose TokenReviews answer only when released (for a delegating one)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.ca = tls.make_ca("reviewer-ca")
+        tls.issue_serving(self.ca, ["127.0.0.1"]).write(workdir / "r.crt", workdir / "r.key")
+        self.cert, self.key = workdir / "r.crt", workdir / "r.key"
+        self.waiting = 0
+        self.release = threading.Event()
+        self.port = 0
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _review(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.waiting += 1
+        await asyncio.get_running_loop().run_in_executor(None, self.release.wait, 30)
+        body["status"] = {"authenticated": False}
+        return web.json_response(body, status=201)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._review)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.cert, self.key)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+        await site.start()
+        self.port = runner.addresses[0][1]
+        self._ready.set()
+        await self._stopped.wait()
+        await runner.cleanup()
+
+    def start(self) -> None:
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    def stop(self) -> None:
+        self.release.set()
+        if self._loop is not None and self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+        self._thread.join(10)
+
+    def kubeconfig(self, path: Path) -> Path:
+        ca = base64.b64encode(self.ca.cert_pem).decode()
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "m",
+                    "clusters": [
+                        {
+                            "name": "m",
+                            "cluster": {
+                                "server": f"https://127.0.0.1:{self.port}",
+                                "certificate-authority-data": ca,
+                            },
+                        }
+                    ],
+                    "users": [{"name": "m", "user": {"token": "reviewer"}}],
+                    "contexts": [{"name": "m", "context": {"cluster": "m", "user": "m"}}],
+                }
+            )
+        )
+        return path
+
+
+def test_requests_waiting_on_token_reviews_are_capped(apiserver: APIServerProcess, tmp_path: Path) -> None:
+    reviewer = SlowTokenReviewer(tmp_path)
+    reviewer.start()
+    try:
+        server = apiserver.start(
+            delegate_kubeconfig=reviewer.kubeconfig(tmp_path / "main.yaml"), max_unauthenticated_in_flight=2
+        )
+        answers: list[int] = []
+
+        def unknown_token(token: str) -> None:
+            answers.append(server.request("GET", "/api/v1/namespaces", token=token)[0])
+
+        waiting = [threading.Thread(target=unknown_token, args=(f"unknown-{i}",)) for i in range(2)]
+        for thread in waiting:
+            thread.start()
+        eventually(lambda: reviewer.waiting == 2)
+        code, headers, _ = server.request("GET", "/api/v1/namespaces", token="unknown-2")
+        assert (code, headers["Retry-After"]) == (429, "1")
+        assert reviewer.waiting == 2, "the refused request was not reviewed"
+        # tokens the server knows itself are never refused for it
+        assert server.request("GET", "/api/v1/namespaces")[0] == 200
+        reviewer.release.set()
+        for thread in waiting:
+            thread.join(20)
+        assert answers == [401, 401]
+    finally:
+        reviewer.stop()
+
+
 # -- watches -----------------------------------------------------------------------------------------------
 
 
@@ -307,7 +443,6 @@ def test_unread_watches_end_and_their_memory_is_released(
     socks = [wire.send("/api/v1/namespaces/big/configmaps?watch=1", rcvbuf=4096) for _ in range(40)]
     eventually(lambda: open_watches(server.log_path) == 40)
     peak = rss_mib(pid)
-    print(f"RSS baseline {baseline:.0f} MiB, with 40 unread watches {peak:.0f} MiB")
     # Before, each unread watch buffered whole frames (plain and encrypted, about 4 MiB here), forever.
     assert peak - baseline < 80, (baseline, peak)
     eventually(lambda: open_watches(server.log_path) == 0, timeout=30)

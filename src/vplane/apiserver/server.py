@@ -23,7 +23,7 @@ from vplane.apiserver import authn, builtin, codec, discovery, policy, timeutil
 from vplane.apiserver.admission import Admission, NamespaceLifecycle
 from vplane.apiserver.aggregation import Aggregator
 from vplane.apiserver.authz import Attributes, RBACAuthorizer, RBACIndex, forbidden_reason
-from vplane.apiserver.context import SYSTEM, RequestContext, UserInfo
+from vplane.apiserver.context import ANONYMOUS, SYSTEM, RequestContext, UserInfo
 from vplane.apiserver.controllers import CRDController, GarbageCollector, NamespaceController
 from vplane.apiserver.delegation import Delegate, Kubeconfig
 from vplane.apiserver.handlers import ResourceHandlers, json_response
@@ -118,8 +118,10 @@ class APIServer:
         self.port = settings.listen_port
         self.ready = False
         self._pending_writes = 0
-        self._unauthenticated = 0
-        """Requests in flight whose caller is not (yet) authenticated (``max_unauthenticated_in_flight``)."""
+        self._authenticating = 0
+        """Requests waiting on a token authenticator that may ask another server."""
+        self._anonymous = 0
+        """Anonymous requests in flight."""
         self.connections = httpserver.ConnectionSlots(settings.max_connections)
         self.aggregator = Aggregator(self)
 
@@ -401,10 +403,23 @@ class APIServer:
         token = authn.bearer_token(request.headers)
         if token is None:
             return None
-        for authenticator in self.token_authenticators:
-            found = await authenticator.authenticate_token(token)
-            if found is not None:
-                return found
+        found = await self.static_tokens.authenticate_token(token)  # a file read at start: never waits
+        if found is not None:
+            return found
+        # The other authenticators may ask another server (a TokenReview): requests waiting on them are
+        # capped, so a flood of unknown tokens cannot pile up here; certificates and static tokens, which
+        # need no asking, are never refused for it.
+        if self._authenticating >= self.settings.max_unauthenticated_in_flight:
+            raise errors.try_again_later()
+        self._authenticating += 1
+        try:
+            for authenticator in self.token_authenticators:
+                if authenticator is not self.static_tokens:
+                    found = await authenticator.authenticate_token(token)
+                    if found is not None:
+                        return found
+        finally:
+            self._authenticating -= 1
         raise errors.unauthorized()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -421,32 +436,21 @@ class APIServer:
                     break
         if public is not None:
             return await public(request)
-        # Until its caller is known a request counts as unauthenticated, and so does all of an anonymous
-        # one: a flood of unknown tokens (each a token review) or anonymous requests is capped. Health and
-        # version probes without credentials are answered regardless (they cost nothing).
-        if self._unauthenticated >= self.settings.max_unauthenticated_in_flight and not (
-            path in PUBLIC_PATHS and "Authorization" not in request.headers
-        ):
-            raise errors.try_again_later()
-        self._unauthenticated += 1
-        counted = True
-        try:
-            user = await self.authenticate(request)
-            if user is not None:
-                self._unauthenticated -= 1
-                counted = False
-            elif path in PUBLIC_PATHS:
-                return self._public(path)
-            elif not self.settings.anonymous_auth:
-                raise errors.unauthorized()
-            else:
-                from vplane.apiserver.context import ANONYMOUS
-
-                user = ANONYMOUS
+        user = await self.authenticate(request)
+        if user is not None:
             return await self._authenticated(request, user, path)
+        if path in PUBLIC_PATHS:
+            return self._public(path)
+        if not self.settings.anonymous_auth:
+            raise errors.unauthorized()
+        # Anonymous requests may be long (watches): capped, so anonymous callers cannot hold the server.
+        if self._anonymous >= self.settings.max_unauthenticated_in_flight:
+            raise errors.try_again_later()
+        self._anonymous += 1
+        try:
+            return await self._authenticated(request, ANONYMOUS, path)
         finally:
-            if counted:
-                self._unauthenticated -= 1
+            self._anonymous -= 1
 
     async def _authenticated(self, request: web.Request, user: UserInfo, path: str) -> web.StreamResponse:
         query = request.query

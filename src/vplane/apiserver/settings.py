@@ -79,9 +79,10 @@ class APIServerSettings(BaseModel):
     hard limit at start, as Go programs do), so connections can never take the descriptors its store and
     outgoing connections need."""
     max_unauthenticated_in_flight: int = Field(default=400, gt=0)
-    """Requests in flight whose caller is not authenticated (being authenticated, e.g. a token review
-    under way, or served as anonymous); more get 429 with Retry-After. Health probes without credentials
-    are always answered."""
+    """Requests in flight whose caller is not authenticated, of each of two kinds: waiting on a token
+    authenticator that may ask another server (a TokenReview; tokens from the static file and client
+    certificates never wait), and served as anonymous (when ``anonymous_auth`` is on). More of a kind get
+    429 with Retry-After; health probes without credentials are always answered."""
     max_watches_per_user: int = Field(default=1000, gt=0)
     """Open watches of one user (after impersonation) across all resources; more get 429 with
     Retry-After. About ten times what a controller manager holds."""
