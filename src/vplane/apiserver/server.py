@@ -13,7 +13,7 @@ import contextlib
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import structlog
@@ -152,10 +152,6 @@ class APIServer:
                 message, payload, protocol, writer, task, asyncio.get_running_loop(), client_max_size=limit
             )
 
-        async def handler(request: web.BaseRequest) -> web.StreamResponse:
-            assert isinstance(request, web.Request)
-            return await self.handle(request)
-
         settings = self.settings
         limits = httpserver.ConnectionLimits(
             header_timeout=settings.request_header_timeout_seconds,
@@ -164,7 +160,7 @@ class APIServer:
             send_timeout=settings.response_send_timeout_seconds,
         )
         server = httpserver.GuardedServer(
-            handler,
+            cast(httpserver.Handler, self.handle),  # make_request makes every request a web.Request
             limits=limits,
             request_factory=make_request,
             access_log=None,

@@ -26,9 +26,9 @@ nothing to take what is buffered for it.
 - **Responses**: a client that takes no bytes for ``send_timeout`` while the server has more than the
   transport's buffer for it is dropped (nginx's ``send_timeout``), so an unread response is never held
   in memory for longer than that.
-- **Connections** are counted at ``accept()`` by :class:`ConnectionSlots` through the listening socket
-  (:func:`bind_listeners`), so connections still in their TLS handshake count too (they hold descriptors
-  just the same); over the limit a connection is reset at once rather than left in the backlog.
+- **Connections** are counted from ``accept()`` by :class:`GuardedSite` against :class:`ConnectionSlots`,
+  so connections still in their TLS handshake count too (they hold descriptors just the same); over the
+  limit a connection is reset at once rather than left in the backlog.
 
 :func:`on_connection_lost` lets a long-running handler (a watch, a relay) end the moment its client goes,
 instead of at its next write.
@@ -200,17 +200,19 @@ class GuardedRequestHandler(RequestHandler):
                 log.exception("connection-lost callback failed")
 
     def data_received(self, data: bytes) -> None:
+        # The hot path: kept to attribute checks (a keep-alive request costs one clock read here).
         deadlines = self._deadlines
-        if data and deadlines is not None:
-            if self._payload is not None:
-                deadlines.body_received(len(data))
-            elif not self._busy and deadlines.request_bytes(self._loop.time()):
+        payload = self._payload
+        if payload is not None:
+            deadlines.body_received(len(data))  # type: ignore[union-attr]
+        elif not self._busy and data and deadlines is not None and deadlines.header_until == INF:
+            deadlines.request_bytes(self._loop.time())
+            if deadlines.header_until < self._timer_at:
                 self._arm()
         super().data_received(data)
-        payload = self._payload
-        if payload is not None and payload.is_eof() and deadlines is not None:
+        if payload is not None and payload.is_eof():
             self._payload = None
-            deadlines.body_done()
+            deadlines.body_done()  # type: ignore[union-attr]
 
     def pause_reading(self) -> None:
         super().pause_reading()
@@ -241,9 +243,11 @@ class GuardedRequestHandler(RequestHandler):
         deadlines = self._deadlines
         if deadlines is None:
             return
-        has_body = not payload.is_eof()
-        deadlines.request_started(self._loop.time(), has_body)
-        if has_body and deadlines.in_body:
+        if payload.is_eof():  # no body, or all of it came with the headers
+            deadlines.header_until = INF
+            return
+        deadlines.request_started(self._loop.time(), True)
+        if deadlines.in_body:
             self._payload = payload
             self._arm()
 
