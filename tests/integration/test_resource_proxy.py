@@ -213,4 +213,3 @@ def test_unowned_objects_are_hidden(env: Env) -> None:
     result = client.fails("get", "myresources", "foreign", "-n", "default")
     assert "resource not found" in result.stderr
     assert "foreign" not in client.run("get", "myresources", "-n", "default", "-o", "name").stdout
-

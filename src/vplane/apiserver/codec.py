@@ -128,6 +128,15 @@ def wire_bytes(kv: KeyValue) -> bytes:
     return b"".join((value[:cut], _RV_KEY, str(kv.mod_revision).encode(), b'",', value[cut:]))
 
 
+def wire_pieces(kv: KeyValue) -> tuple[bytes, memoryview]:
+    """:func:`wire_bytes` as a short head and a view of the rest of the stored value, without copying the
+    value (a watch writes a large object in slices, so an unread stream holds a slice, not a copy)."""
+    value = kv.value
+    cut = _metadata_body(kv)
+    head = b"".join((value[:cut], _RV_KEY, str(kv.mod_revision).encode(), b'",'))
+    return head, memoryview(value)[cut:]
+
+
 def join_wire(kvs: list[KeyValue], separator: bytes = b",", untyped: bytes | None = None) -> bytes:
     """Many objects' wire bytes joined, without copying each stored value first (list responses).
 

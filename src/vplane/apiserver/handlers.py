@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import structlog
 import yaml
 from aiohttp import web
 
@@ -21,11 +22,12 @@ from vplane.apiserver import codec
 from vplane.apiserver.context import RequestContext
 from vplane.apiserver.objects import DeleteOptions, patch_types_for
 from vplane.apiserver.registry import ResourceType
-from vplane.apiserver.watch import Watcher, WatchEvent, frame_bytes, frame_obj
+from vplane.apiserver.watch import Watcher, WatchEvent, frame_obj
 from vplane.kube import errors, fields, labels
 from vplane.kube.objects import Obj
 from vplane.kube.requestinfo import RequestInfo
 from vplane.storage.interface import CompactedError, KeyValue
+from vplane.support.httpserver import on_connection_lost
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -38,6 +40,12 @@ CONTINUE_TOO_OLD = (
 )
 
 JSON_HEADERS = {"Content-Type": "application/json"}
+
+WRITE_SLICE = 64 * 1024
+"""Watch frames are written at most this much at a time, each write waiting for the client to take the
+last (aiohttp drains past 64 KiB), so an unread watch holds about this much, not whole large objects."""
+
+log = structlog.get_logger("vplane.apiserver.handlers")
 
 
 @dataclass(slots=True)
@@ -82,6 +90,17 @@ def response_format(request: web.Request) -> ResponseFormat:
             )
         fmt.include_object = include
     return fmt
+
+
+async def write_flowing(resp: web.StreamResponse, *pieces: bytes | memoryview) -> None:
+    """Write a frame with back-pressure at slice granularity (the transport would take a frame whole)."""
+    if sum(len(piece) for piece in pieces) <= WRITE_SLICE:
+        await resp.write(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+        return
+    for piece in pieces:
+        view = memoryview(piece)
+        for start in range(0, len(view), WRITE_SLICE):
+            await resp.write(view[start : start + WRITE_SLICE])
 
 
 def json_response(body: bytes, status: int = 200, ctx: RequestContext | None = None) -> web.Response:
@@ -230,6 +249,8 @@ class ResourceHandlers:
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
     ) -> web.StreamResponse:
         fmt = response_format(request)
+        if request.query_string:
+            await self._fresh_enough(request.query.get("resourceVersion", ""))
         kv = self.objects.get_kv(rtype, info.namespace, info.name)
         if kv is None:
             raise errors.not_found(rtype.resource, info.name, rtype.group)
@@ -265,8 +286,11 @@ class ResourceHandlers:
         current = self.cache.revision
         start = prefix
         snapshot = current
+        wanted = 0
+        pinned = False
         if token:
             snapshot, start = decode_continue(token)
+            wanted, pinned = snapshot, True
             if not start.startswith(prefix):
                 raise errors.bad_request("continue key is not valid: it does not belong to this list")
         elif rv_param:
@@ -275,21 +299,15 @@ class ResourceHandlers:
             except ValueError:
                 raise errors.bad_request(f"resourceVersion: invalid value {rv_param!r}") from None
             if rv_match == "Exact":
-                snapshot = wanted
-            if wanted > current and rv_param != "0":
-                raise errors.StatusError(
-                    504,
-                    "Timeout",
-                    f"Too large resource version: {wanted}, current: {current}",
-                    details={
-                        "causes": [
-                            {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
-                        ],
-                        "retryAfterSeconds": 1,
-                    },
-                )
-        if snapshot > current:
-            raise errors.bad_request("continue key is not valid: it is from the future")
+                snapshot, pinned = wanted, True
+        if wanted > current:
+            # As upstream's watch cache: wait a little for the revision (another replica on the shared
+            # store may have answered it), then 504 Too large resource version.
+            if not await self._fresh(wanted):
+                raise errors.too_large_resource_version(wanted, self.cache.revision)
+            current = self.cache.revision
+            if not pinned:
+                snapshot = current
         source: Iterable[KeyValue]
         if snapshot == current:
             if name_only is not None and (not rtype.namespaced or info.namespace):
@@ -407,22 +425,69 @@ class ResourceHandlers:
                 )
             )
         prefix = rtype.prefix(info.namespace)
-        watcher = Watcher(
-            prefix,
-            name=name if (not rtype.namespaced or info.namespace) else "",
-            labels=label_sel,
-            fields=field_sel,
-            field_values=self.field_values(rtype),
-            capacity=self.settings.watch_queue_capacity,
-        )
         hub = self.server.hub
-        hub.register(watcher)
+        user = ctx.user.name
+        if not hub.admit(user, self.settings.max_watches_per_user):
+            log.info("watch refused: per-user limit", user=user, limit=self.settings.max_watches_per_user)
+            raise errors.try_again_later()
         try:
-            return await self._stream(
-                request, ctx, rtype, fmt, watcher, initial, start_rev, bookmarks, timeout
+            if initial and start_rev > self.cache.revision and not await self._fresh(start_rev):
+                # Upstream's cache waits for a watch-list's revision, then ends the watch with the error.
+                too_large = errors.too_large_resource_version(start_rev, self.cache.revision)
+                return await self._error_stream(request, ctx, too_large)
+            watcher = Watcher(
+                prefix,
+                name=name if (not rtype.namespaced or info.namespace) else "",
+                labels=label_sel,
+                fields=field_sel,
+                field_values=self.field_values(rtype),
+                capacity=self.settings.watch_queue_capacity,
             )
+            hub.register(watcher)
+            log.debug("watch started", user=user, prefix=prefix, watches=hub.watcher_count())
+            try:
+                return await self._stream(
+                    request, ctx, rtype, fmt, watcher, initial, start_rev, bookmarks, timeout
+                )
+            finally:
+                hub.unregister(watcher)
+                log.debug("watch ended", user=user, prefix=prefix, watches=hub.watcher_count())
         finally:
-            hub.unregister(watcher)
+            hub.release(user)
+
+    async def _fresh_enough(self, rv_param: str) -> None:
+        """A GET's ``resourceVersion`` is a minimum (upstream serves it from the watch cache, waiting for
+        a newer revision as for a list); values that are not revisions are ignored, as before."""
+        if not (rv_param.isascii() and rv_param.isdigit()):
+            return
+        wanted = int(rv_param)
+        if wanted > self.cache.revision and not await self._fresh(wanted):
+            raise errors.too_large_resource_version(wanted, self.cache.revision)
+
+    async def _fresh(self, revision: int) -> bool:
+        """Whether the cache has reached ``revision``, waiting up to ``resource_version_wait_seconds``."""
+        if self.cache.revision >= revision:
+            return True
+        try:
+            async with asyncio.timeout(self.settings.resource_version_wait_seconds):
+                await self.server.hub.wait_for_revision(revision)
+        except TimeoutError:
+            pass
+        return self.cache.revision >= revision
+
+    async def _error_stream(
+        self, request: web.Request, ctx: RequestContext, exc: errors.StatusError
+    ) -> web.StreamResponse:
+        """A watch that ends with one ERROR event (upstream answers errors found after admission so)."""
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        add_warnings(resp, ctx)
+        try:
+            await resp.prepare(request)
+            await resp.write(frame_obj("ERROR", exc.to_status()))
+        except ConnectionError:
+            pass
+        return resp
 
     async def _stream(
         self,
@@ -449,6 +514,8 @@ class ResourceHandlers:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         add_warnings(resp, ctx)
+        # A client that goes ends its watch now, not at the next event or the timeout.
+        forget = on_connection_lost(request, watcher.close)
         try:
             await resp.prepare(request)
             await self._send_events(
@@ -465,8 +532,10 @@ class ResourceHandlers:
                 timeout_seconds,
                 request,
             )
-        except ConnectionResetError:
+        except ConnectionError:
             pass  # the client went away; its watcher is unregistered by the caller
+        finally:
+            forget()
         return resp
 
     async def _send_events(
@@ -491,7 +560,7 @@ class ResourceHandlers:
                     continue
                 if watcher.filtered and not watcher.matches_obj(codec.decode_kv(kv)):
                     continue
-                await resp.write(state.frame_kv("ADDED", kv))
+                await write_flowing(resp, *state.frame_kv("ADDED", kv))
             if bookmarks and self._wants_initial_end(request):
                 await resp.write(frame_obj("BOOKMARK", self._bookmark(rtype, snapshot_rev, initial_end=True)))
         else:
@@ -528,26 +597,30 @@ class ResourceHandlers:
         bookmark_every = self.settings.bookmark_interval_seconds
         next_bookmark = loop.time() + bookmark_every
         last_rev = max(snapshot_rev, start_rev)
+        queue = watcher.queue
         while True:
             now = loop.time()
             if now >= deadline:
                 break
-            wait = deadline - now
-            if bookmarks:
-                wait = min(wait, max(0.0, next_bookmark - now))
-            try:
-                item = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
-            except TimeoutError:
-                if bookmarks and loop.time() >= next_bookmark:
-                    await resp.write(
-                        frame_obj("BOOKMARK", self._bookmark(rtype, max(last_rev, self.cache.revision)))
-                    )
-                    next_bookmark = loop.time() + bookmark_every
-                continue
+            if not queue.empty():  # no timer needed while events are waiting
+                item = queue.get_nowait()
+            else:
+                wait = deadline - now
+                if bookmarks:
+                    wait = min(wait, max(0.0, next_bookmark - now))
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout=wait)
+                except TimeoutError:
+                    if bookmarks and loop.time() >= next_bookmark:
+                        await resp.write(
+                            frame_obj("BOOKMARK", self._bookmark(rtype, max(last_rev, self.cache.revision)))
+                        )
+                        next_bookmark = loop.time() + bookmark_every
+                    continue
             if item is None:
-                break  # overflowed: the client re-watches from its last revision
+                break  # overflowed, the client went, or the server stops: clients re-watch
             last_rev = item.event.revision
-            await resp.write(state.frame_event(item.type, item.event))
+            await write_flowing(resp, state.frame_event(item.type, item.event))
 
     @staticmethod
     def _wants_initial_end(request: web.Request) -> bool:
@@ -755,11 +828,13 @@ class _TableState:
         self.sent_columns = True
         return table
 
-    def frame_kv(self, event_type: str, kv: KeyValue) -> bytes:
+    def frame_kv(self, event_type: str, kv: KeyValue) -> tuple[bytes | memoryview, ...]:
+        """The frame in pieces: the stored value is not copied for each watcher of the initial list."""
         if not self.fmt.table and not self.rtype.converts:
-            return frame_bytes(event_type, codec.wire_bytes(kv))
+            head, value = codec.wire_pieces(kv)
+            return b'{"type":"' + event_type.encode() + b'","object":' + head, value, b"}\n"
         obj = self.handlers.objects.to_version(self.rtype, codec.decode_kv(kv))
-        return frame_obj(event_type, self._table(obj) if self.fmt.table else obj)
+        return (frame_obj(event_type, self._table(obj) if self.fmt.table else obj),)
 
     def frame_event(self, event_type: str, wevent: Any) -> bytes:
         if not self.fmt.table and not self.rtype.converts:

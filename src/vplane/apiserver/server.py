@@ -13,7 +13,7 @@ import contextlib
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import structlog
@@ -23,7 +23,7 @@ from vplane.apiserver import authn, builtin, codec, discovery, policy, timeutil,
 from vplane.apiserver.admission import Admission, NamespaceLifecycle
 from vplane.apiserver.aggregation import Aggregator
 from vplane.apiserver.authz import Attributes, RBACAuthorizer, RBACIndex, forbidden_reason
-from vplane.apiserver.context import SYSTEM, RequestContext, UserInfo
+from vplane.apiserver.context import ANONYMOUS, SYSTEM, RequestContext, UserInfo
 from vplane.apiserver.controllers import CRDController, GarbageCollector, NamespaceController
 from vplane.apiserver.delegation import Delegate, Kubeconfig
 from vplane.apiserver.escalation import EscalationPrevention
@@ -40,7 +40,7 @@ from vplane.kube.objects import Obj
 from vplane.storage.cache import Cache
 from vplane.storage.interface import Store
 from vplane.storage.sqlite import SQLiteStore
-from vplane.support import kubeconfig, requestheader, tls
+from vplane.support import httpserver, kubeconfig, requestheader, tls
 from vplane.support.tasks import cancel_and_wait
 
 log = structlog.get_logger("vplane.apiserver")
@@ -122,6 +122,11 @@ class APIServer:
         self.port = settings.listen_port
         self.ready = False
         self._pending_writes = 0
+        self._authenticating = 0
+        """Requests waiting on a token authenticator that may ask another server."""
+        self._anonymous = 0
+        """Anonymous requests in flight."""
+        self.connections = httpserver.ConnectionSlots(settings.max_connections)
         self.aggregator = Aggregator(self)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -151,29 +156,36 @@ class APIServer:
                 message, payload, protocol, writer, task, asyncio.get_running_loop(), client_max_size=limit
             )
 
-        async def handler(request: web.BaseRequest) -> web.StreamResponse:
-            assert isinstance(request, web.Request)
-            return await self.handle(request)
-
-        server = web.Server(handler, request_factory=make_request, access_log=None)
+        settings = self.settings
+        limits = httpserver.ConnectionLimits(
+            header_timeout=settings.request_header_timeout_seconds,
+            body_grace=settings.request_body_grace_seconds,
+            body_min_rate=settings.request_body_min_bytes_per_second,
+            send_timeout=settings.response_send_timeout_seconds,
+        )
+        server = httpserver.GuardedServer(
+            cast(httpserver.Handler, self.handle),  # make_request makes every request a web.Request
+            limits=limits,
+            request_factory=make_request,
+            access_log=None,
+            keepalive_timeout=settings.idle_timeout_seconds,
+        )
         runner = web.ServerRunner(
-            server, handle_signals=False, shutdown_timeout=self.settings.shutdown_grace_seconds
+            server, handle_signals=False, shutdown_timeout=settings.shutdown_grace_seconds
         )
         self._runner = runner
         await runner.setup()
-        site = web.TCPSite(
+        self.connections = httpserver.ConnectionSlots(self._connection_limit())
+        site = httpserver.GuardedSite(
             runner,
-            self.settings.listen_host,
-            self.settings.listen_port,
+            settings.listen_host,
+            settings.listen_port,
             ssl_context=ssl_ctx,
-            reuse_address=True,
+            handshake_timeout=settings.request_header_timeout_seconds,
+            slots=self.connections,
         )
         await site.start()
-        if self.settings.listen_port == 0:
-            listener = site._server  # aiohttp exposes the bound port only here
-            assert listener is not None
-            sockets = getattr(listener, "sockets", None) or []
-            self.port = sockets[0].getsockname()[1]
+        self.port = site.port
         self._write_kubeconfig(admin_token)
         self._tasks.append(asyncio.create_task(self._compactor()))
         self._tasks.extend(self.gc.start())
@@ -193,6 +205,20 @@ class APIServer:
         if self.delegate is not None:
             await self.delegate.close()
         await self.store.close()
+
+    def _connection_limit(self) -> int:
+        """``max_connections``, kept to half the descriptors this process may open (after raising its
+        soft limit to the hard one): the rest are for the store, logs and outgoing connections."""
+        descriptors = httpserver.raise_open_file_limit()
+        limit = min(self.settings.max_connections, max(1, descriptors // 2))
+        if limit < self.settings.max_connections:
+            log.warning(
+                "connection limit lowered to half the descriptor limit",
+                max_connections=self.settings.max_connections,
+                descriptors=descriptors,
+                limit=limit,
+            )
+        return limit
 
     @property
     def web_server(self) -> web.Server:
@@ -359,8 +385,8 @@ class APIServer:
             return await self._handle(request)
         except errors.StatusError as exc:
             return status_response(exc)
-        except (ConnectionResetError, asyncio.CancelledError):
-            raise
+        except (ConnectionError, asyncio.CancelledError):
+            raise  # the client went away (aiohttp drops the connection quietly)
         except Exception as exc:
             log.exception("request failed", path=request.path, method=request.method)
             return status_response(errors.internal_error(str(exc) or type(exc).__name__))
@@ -381,10 +407,23 @@ class APIServer:
         token = authn.bearer_token(request.headers)
         if token is None:
             return None
-        for authenticator in self.token_authenticators:
-            found = await authenticator.authenticate_token(token)
-            if found is not None:
-                return found
+        found = await self.static_tokens.authenticate_token(token)  # a file read at start: never waits
+        if found is not None:
+            return found
+        # The other authenticators may ask another server (a TokenReview): requests waiting on them are
+        # capped, so a flood of unknown tokens cannot pile up here; certificates and static tokens, which
+        # need no asking, are never refused for it.
+        if self._authenticating >= self.settings.max_unauthenticated_in_flight:
+            raise errors.try_again_later()
+        self._authenticating += 1
+        try:
+            for authenticator in self.token_authenticators:
+                if authenticator is not self.static_tokens:
+                    found = await authenticator.authenticate_token(token)
+                    if found is not None:
+                        return found
+        finally:
+            self._authenticating -= 1
         raise errors.unauthorized()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -402,14 +441,22 @@ class APIServer:
         if public is not None:
             return await public(request)
         user = await self.authenticate(request)
-        if user is None:
-            if path in PUBLIC_PATHS:
-                return self._public(path)
-            if not self.settings.anonymous_auth:
-                raise errors.unauthorized()
-            from vplane.apiserver.context import ANONYMOUS
+        if user is not None:
+            return await self._authenticated(request, user, path)
+        if path in PUBLIC_PATHS:
+            return self._public(path)
+        if not self.settings.anonymous_auth:
+            raise errors.unauthorized()
+        # Anonymous requests may be long (watches): capped, so anonymous callers cannot hold the server.
+        if self._anonymous >= self.settings.max_unauthenticated_in_flight:
+            raise errors.try_again_later()
+        self._anonymous += 1
+        try:
+            return await self._authenticated(request, ANONYMOUS, path)
+        finally:
+            self._anonymous -= 1
 
-            user = ANONYMOUS
+    async def _authenticated(self, request: web.Request, user: UserInfo, path: str) -> web.StreamResponse:
         query = request.query
         info = requestinfo.parse(request.method, path, query.get("watch", "").lower() in ("true", "1"))
         user = await self._impersonate(request, user)
@@ -612,7 +659,7 @@ class APIServer:
             return await h.watch(request, ctx, rtype, info)
         if verb in ("create", "update", "patch", "delete", "deletecollection"):
             if self._pending_writes >= self.settings.write_queue_limit:
-                raise errors.too_many_requests("Too many requests, please try again later.", 1)
+                raise errors.try_again_later()
             self._pending_writes += 1
             try:
                 if verb == "create":

@@ -106,3 +106,39 @@ class APIServerSettings(BaseModel):
         for network in value:
             ipaddress.ip_network(network, strict=False)
         return value
+
+    # -- issue 7 items 4 and 8a: slow and idle clients, resource versions from the future --------------
+    request_header_timeout_seconds: float = Field(default=32.0, gt=0)
+    """Longest a client may take to send a request's headers: from the connection's start, or on a
+    kept-alive connection from the request's first byte. The TLS handshake has the same bound. Past it the
+    connection is dropped without an answer, as Go's server does (kube-apiserver's ``ReadHeaderTimeout``
+    is 32 s). Idle kept-alive connections and requests already being answered (watches) are not under it."""
+    idle_timeout_seconds: float = Field(default=90.0, gt=0)
+    """Kept-alive connections with no request for this long are closed (kube-apiserver's ``IdleTimeout``)."""
+    request_body_min_bytes_per_second: float = Field(default=1024.0, ge=0)
+    """A request body must arrive at least this fast on average once ``request_body_grace_seconds`` have
+    passed, or the connection is dropped (0: no minimum). Time the server itself is not reading (its
+    buffer is full until the handler takes the body) does not count against the client."""
+    request_body_grace_seconds: float = Field(default=30.0, ge=0)
+    """Seconds a request body may take before its minimum rate applies."""
+    response_send_timeout_seconds: float = Field(default=60.0, ge=0)
+    """A client that takes no bytes of a response for this long, while the server has more for it than
+    the transport buffers (64 KiB), is dropped, and what was buffered for it freed (0: never). A watch
+    whose client stops reading ends this way too."""
+    max_connections: int = Field(default=8192, gt=0)
+    """Open client connections (counted at accept, so TLS handshakes in progress count); connections over
+    it are reset at once. The server also keeps it at or under half its descriptor limit (raised to the
+    hard limit at start, as Go programs do), so connections can never take the descriptors its store and
+    outgoing connections need."""
+    max_unauthenticated_in_flight: int = Field(default=400, gt=0)
+    """Requests in flight whose caller is not authenticated, of each of two kinds: waiting on a token
+    authenticator that may ask another server (a TokenReview; tokens from the static file and client
+    certificates never wait), and served as anonymous (when ``anonymous_auth`` is on). More of a kind get
+    429 with Retry-After; health probes without credentials are always answered."""
+    max_watches_per_user: int = Field(default=1000, gt=0)
+    """Open watches of one user (after impersonation) across all resources; more get 429 with
+    Retry-After. About ten times what a controller manager holds."""
+    resource_version_wait_seconds: float = Field(default=3.0, ge=0)
+    """How long a GET, LIST, or watch with ``sendInitialEvents=true`` that asks for a resourceVersion
+    newer than this server's waits for it before answering 504 ``Too large resource version`` (the
+    kube-apiserver cache waits 3 s). Replicas on a shared store can briefly lag each other."""

@@ -7,7 +7,9 @@ go to every plain-JSON watcher, so fan-out costs a queue put per watcher, not an
 
 Watchers have a bounded queue. One that falls too far behind is closed, as kube-apiserver does: the
 client re-watches from the last revision it saw and loses nothing, while a stuck client cannot make the
-server buffer without limit.
+server buffer without limit. A watcher whose client has gone is closed at once (the handler registers
+:meth:`Watcher.close` for the connection's loss), and the hub counts each user's open watches so a
+per-user cap can refuse more.
 """
 
 from __future__ import annotations
@@ -98,6 +100,10 @@ class Watcher:
         self.last_revision = 0
         self.overflowed = False
 
+    def close(self) -> None:
+        """End the stream after what is queued (the client went, or the server stops)."""
+        self.queue.put_nowait(CLOSE)
+
     @property
     def filtered(self) -> bool:
         return self.labels is not None or self.fields is not None
@@ -157,6 +163,8 @@ class WatchHub:
     def __init__(self) -> None:
         self._buckets: dict[str, set[Watcher]] = {}
         self.on_event: list[Callable[[WatchEvent], None]] = []
+        self._per_user: dict[str, int] = {}
+        self._revision_waiters: dict[asyncio.Future[None], int] = {}
 
     def register(self, watcher: Watcher) -> None:
         self._buckets.setdefault(bucket_of(watcher.prefix), set()).add(watcher)
@@ -172,10 +180,43 @@ class WatchHub:
         """End every open watch stream (server shutdown): clients re-watch elsewhere or after restart."""
         for watchers in self._buckets.values():
             for watcher in watchers:
-                watcher.queue.put_nowait(CLOSE)
+                watcher.close()
 
     def watcher_count(self) -> int:
         return sum(len(b) for b in self._buckets.values())
+
+    # -- per-user accounting -----------------------------------------------------------------------------
+
+    def admit(self, user: str, limit: int) -> bool:
+        """Count one more open watch for ``user`` unless it already has ``limit``."""
+        held = self._per_user.get(user, 0)
+        if held >= limit:
+            return False
+        self._per_user[user] = held + 1
+        return True
+
+    def release(self, user: str) -> None:
+        held = self._per_user.get(user, 0) - 1
+        if held > 0:
+            self._per_user[user] = held
+        else:
+            self._per_user.pop(user, None)
+
+    def watches_of(self, user: str) -> int:
+        return self._per_user.get(user, 0)
+
+    # -- waiting for a revision --------------------------------------------------------------------------
+
+    async def wait_for_revision(self, revision: int) -> None:
+        """Return once events up to ``revision`` have been routed (the cache has reached it). Callers
+        check the cache first and bound the wait with ``asyncio.timeout``; the waiter is gone afterwards
+        however the wait ends, so a client asking for a revision far in the future leaves nothing behind."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._revision_waiters[future] = revision
+        try:
+            await future
+        finally:
+            self._revision_waiters.pop(future, None)
 
     def __call__(self, events: Sequence[Event]) -> None:
         for event in events:
@@ -188,6 +229,11 @@ class WatchHub:
                     watcher.offer(wevent)
             for callback in self.on_event:
                 callback(wevent)
+        if self._revision_waiters and events:
+            reached = events[-1].revision
+            for future, revision in list(self._revision_waiters.items()):
+                if revision <= reached and not future.done():
+                    future.set_result(None)
 
 
 def bucket_of(key: str) -> str:

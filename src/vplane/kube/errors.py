@@ -358,6 +358,30 @@ def too_many_requests(message: str, retry_after: int) -> StatusError:
     )
 
 
+def try_again_later(retry_after: int = 1) -> StatusError:
+    """429 in the words of upstream's max-in-flight and priority-and-fairness filters (used for our own
+    caps too: clients key on the code and Retry-After, and retry)."""
+    return too_many_requests("Too many requests, please try again later.", retry_after)
+
+
+def too_large_resource_version(requested: int, current: int, retry_after: int = 1) -> StatusError:
+    """A read asking for a resourceVersion newer than the server's, still so after waiting for it: upstream's
+    ``storage.NewTooLargeResourceVersionError`` (apiserver ``pkg/storage/errors.go``), a
+    ``NewTimeoutError``, which prefixes ``Timeout: ``; the watch cache asks for a retry after 1 s
+    (``resourceVersionTooHighRetrySeconds``), and the Retry-After header follows details, as upstream's
+    response writer does."""
+    return StatusError(
+        504,
+        "Timeout",
+        f"Timeout: Too large resource version: {requested}, current: {current}",
+        details={
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": retry_after,
+        },
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
 def internal_error(message: str) -> StatusError:
     return StatusError(
         500,
