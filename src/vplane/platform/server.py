@@ -25,6 +25,7 @@ from vplane.mesh.coordinator import AuthenticationError, Coordinator, NodeChange
 from vplane.mesh.settings import MeshSettings
 from vplane.platform import kinds
 from vplane.platform.admission import PlatformAdmission
+from vplane.platform.clusters.wiring import ConnectedClusters, node_kind, visible_to_platform
 from vplane.platform.controllers import ProjectController, VirtualClusterController
 from vplane.platform.identity import AccessKeyIndex
 from vplane.platform.settings import PlatformSettings
@@ -63,7 +64,7 @@ class Platform:
             self.keys.vci_accesskey
         )
         self.api.subresource_handlers[(GROUP, "clusters", "accesskey")] = self.keys.cluster_accesskey
-        self.api.admission.add(PlatformAdmission(self.api))
+        self.api.admission.add(PlatformAdmission(self.api, settings.connected_cluster_limit))
         self.api.path_prefixes.append("/kubernetes/management")
         self.coordinator = Coordinator(
             self._authenticate_node,
@@ -75,6 +76,8 @@ class Platform:
         self.keys.on_revoked.append(self._disconnect_key)
         self.api.public_routes["/coordinator/session"] = self.coordinator.handle_session
         self.api.public_routes["/derp/probe"] = self.coordinator.handle_probe
+        self.clusters = ConnectedClusters(self.api, self.keys, self.coordinator, settings)
+        self.api.public_routes.update(self.clusters.routes())
         self.supervisor: TenantSupervisor | None = None
         self.tenant_proxy: TenantProxy | None = None
         self.client: KubeClient | None = None
@@ -110,6 +113,7 @@ class Platform:
             "management",
         )
         self.client = KubeClient.from_kubeconfig(self.management_kubeconfig, field_manager="vplane-platform")
+        await self.clusters.start(self.client, self.management_kubeconfig)
         mesh_ca = await asyncio.to_thread(_mesh_ca, self.data_dir / "mesh")
         self.supervisor = TenantSupervisor(self.settings, self.url, self.ca_path, mesh_ca)
         supervisor = self.supervisor
@@ -153,6 +157,7 @@ class Platform:
         if self.supervisor is not None:
             self.supervisor.begin_shutdown()  # replicas exiting from now on are expected, not restarted
         await cancel_and_wait(self._tasks)
+        await self.clusters.stop()
         if self._relays:
             log.info("stopping: closing relayed requests to tenant clusters", requests=len(self._relays))
             await cancel_and_wait(list(self._relays))
@@ -258,7 +263,7 @@ class Platform:
         key = self.keys.by_name.get(identity.key_name) or {}
         labels = dict((key.get("metadata") or {}).get("labels") or {})
         labels[ACCESS_KEY_UID_LABEL] = str((key.get("metadata") or {}).get("uid", ""))
-        kind = "vcluster" if identity.key_type == accesskeys.TYPE_VCLUSTER else "agent"
+        kind = "vcluster" if identity.key_type == accesskeys.TYPE_VCLUSTER else node_kind(identity) or "agent"
         return NodeIdentity(identity.user, kind, labels)
 
     async def _on_node_change(self, change: NodeChange) -> None:
@@ -267,6 +272,7 @@ class Platform:
         rtype = api.registry.get(GROUP, "v1", "networkpeers")
         assert rtype is not None
         node = change.node
+        self.clusters.node_changed(node)
         ctx = api.system_context()
         if change.type == "removed":
             with contextlib.suppress(errors.StatusError):
@@ -314,7 +320,11 @@ def _mesh_ca(directory: Path) -> tls.CertPair:
 
 def _visible_peers(node: NodeInfo, candidates: Any) -> list[NodeInfo]:
     """Tenant control planes see every tenant control plane (which targets a tenant may use is checked by
-    platform RBAC when it registers a proxy target); agents see no one (they only talk to the platform)."""
+    platform RBAC when it registers a proxy target); agents see no one (they only talk to the platform); the
+    platform's own node sees every agent (it reaches their tunnels)."""
+    platform = visible_to_platform(node, candidates)
+    if platform is not None:
+        return platform
     if node.kind != "vcluster":
         return []
     return [c for c in candidates if c.kind == "vcluster"]
