@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import cast
 
 import aiohttp
 import structlog
@@ -20,7 +21,7 @@ import structlog
 from vplane.kube import accesskeys
 from vplane.kube.objects import Obj
 from vplane.mesh.dialer import Dialer
-from vplane.mesh.session import NodeSession, RegistrationError
+from vplane.mesh.session import Netmap, NodeSession, RegistrationError
 from vplane.mesh.settings import MeshSettings
 
 log = structlog.get_logger("vplane.platform.clusters")
@@ -96,7 +97,10 @@ class LocalClient:
         if node_id in session.peers:
             return True
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(within), contextlib.aclosing(session.subscribe()) as netmaps:
+            async with (
+                asyncio.timeout(within),
+                contextlib.aclosing(cast(AsyncGenerator[Netmap, None], session.subscribe())) as netmaps,
+            ):
                 async for netmap in netmaps:
                     if node_id in netmap.peers:
                         return True
