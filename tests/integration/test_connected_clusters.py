@@ -431,6 +431,13 @@ def test_connect_offline_initialized_and_connection_loss(
         assert "mesh client is not connected" in message and "registration refused" in message
         env.k.run("patch", "accesskey", "loft-platform", "--type=merge", "-p", '{"spec":{"disabled":false}}')
         env.wait_status("edge", "Initialized", "")
+
+        # Deleting the Cluster revokes its agent key: the agent's session ends.
+        delete_cluster(env, "edge")
+        eventually(
+            lambda: env.k.run("get", "accesskey", "cluster-edge", check=False).code != 0, 30, "key gone"
+        )
+        assert agent.proc is not None and agent.proc.wait(30) != 0
     finally:
         agent.stop()
         delete_cluster(env, "edge")

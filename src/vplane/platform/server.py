@@ -25,6 +25,7 @@ from vplane.mesh.coordinator import AuthenticationError, Coordinator, NodeChange
 from vplane.mesh.settings import MeshSettings
 from vplane.platform import kinds
 from vplane.platform.admission import PlatformAdmission
+from vplane.platform.clusters.localclient import PLATFORM_KIND
 from vplane.platform.clusters.wiring import ConnectedClusters, node_kind, visible_to_platform
 from vplane.platform.controllers import ProjectController, VirtualClusterController
 from vplane.platform.identity import AccessKeyIndex
@@ -273,6 +274,8 @@ class Platform:
         assert rtype is not None
         node = change.node
         self.clusters.node_changed(node)
+        if node.kind == PLATFORM_KIND:
+            return  # the platform's own node (how it reaches agent tunnels) is no peer to list
         ctx = api.system_context()
         if change.type == "removed":
             with contextlib.suppress(errors.StatusError):
