@@ -26,7 +26,7 @@ from vplane.mesh.settings import MeshSettings
 from vplane.platform import kinds
 from vplane.platform.admission import PlatformAdmission
 from vplane.platform.clusters.localclient import PLATFORM_KIND
-from vplane.platform.clusters.wiring import ConnectedClusters, node_kind, visible_to_platform
+from vplane.platform.clusters.wiring import ConnectedClusters, visible_to_platform, with_platform_kind
 from vplane.platform.controllers import ProjectController, VirtualClusterController
 from vplane.platform.identity import AccessKeyIndex
 from vplane.platform.settings import PlatformSettings
@@ -68,7 +68,7 @@ class Platform:
         self.api.admission.add(PlatformAdmission(self.api, settings.connected_cluster_limit))
         self.api.path_prefixes.append("/kubernetes/management")
         self.coordinator = Coordinator(
-            self._authenticate_node,
+            with_platform_kind(self._authenticate_node, self.keys),
             self._on_node_change,
             visible_peers=_visible_peers,
             settings=MeshSettings.model_validate(settings.mesh),
@@ -264,7 +264,7 @@ class Platform:
         key = self.keys.by_name.get(identity.key_name) or {}
         labels = dict((key.get("metadata") or {}).get("labels") or {})
         labels[ACCESS_KEY_UID_LABEL] = str((key.get("metadata") or {}).get("uid", ""))
-        kind = "vcluster" if identity.key_type == accesskeys.TYPE_VCLUSTER else node_kind(identity) or "agent"
+        kind = "vcluster" if identity.key_type == accesskeys.TYPE_VCLUSTER else "agent"
         return NodeIdentity(identity.user, kind, labels)
 
     async def _on_node_change(self, change: NodeChange) -> None:

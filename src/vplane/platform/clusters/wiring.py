@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +17,7 @@ from vplane.controllers.client import KubeClient
 from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import GROUP, KeyRejected
 from vplane.kube.objects import Obj
-from vplane.mesh.coordinator import Coordinator, NodeInfo
+from vplane.mesh.coordinator import Coordinator, NodeIdentity, NodeInfo
 from vplane.mesh.settings import MeshSettings
 from vplane.platform.clusters import status as st
 from vplane.platform.clusters import values as av
@@ -37,11 +39,20 @@ AGENT_VALUES_PREFIX = "/clusters/agent-values/"
 """``GET /clusters/agent-values/<cluster>?token=<agent token>``: the agent's Helm values (spec §10.3)."""
 
 
-def node_kind(identity: accesskeys.Identity) -> str | None:
-    """``platform`` for the platform's own mesh node, None for anything else (the caller decides)."""
-    if is_platform_identity(identity.user, identity.key_type, identity.key_name):
-        return PLATFORM_KIND
-    return None
+def with_platform_kind(
+    authenticate: Callable[[str], Awaitable[NodeIdentity]], keys: AccessKeyIndex
+) -> Callable[[str], Awaitable[NodeIdentity]]:
+    """The coordinator's authentication, with the platform's own mesh node given kind ``platform`` (it may
+    see every agent); every other node keeps the kind the platform's authentication gives it."""
+
+    async def authenticate_node(token: str) -> NodeIdentity:
+        node = await authenticate(token)
+        identity = keys.check(token)  # accepted just above
+        if is_platform_identity(identity.user, identity.key_type, identity.key_name):
+            return dataclasses.replace(node, kind=PLATFORM_KIND)
+        return node
+
+    return authenticate_node
 
 
 def visible_to_platform(node: NodeInfo, candidates: Any) -> list[NodeInfo] | None:
