@@ -30,10 +30,38 @@ def over_cluster_limit(clusters: list[dict[str, Any]], name: str, limit: int | N
     return len(connected) if len(connected) >= limit else None
 
 
-class PlatformAdmission:
-    def __init__(self, server: APIServer, connected_cluster_limit: int | None = None) -> None:
+class ConnectedClusterLimit:
+    """The licence's connected-cluster limit on Cluster creation (wired with the connected clusters)."""
+
+    def __init__(self, server: APIServer, limit: int | None) -> None:
         self.server = server
-        self.connected_cluster_limit = connected_cluster_limit
+        self.limit = limit
+
+    async def admit(self, request: AdmissionRequest) -> None:
+        rtype = request.rtype
+        if (
+            rtype.group != GROUP
+            or rtype.resource != "clusters"
+            or request.operation != "CREATE"
+            or request.subresource
+            or request.obj is None
+            or (request.obj.get("spec") or {}).get("local")
+        ):
+            return
+        count = over_cluster_limit(self.server.objects.list(rtype), request.name, self.limit)
+        if count is not None:
+            raise errors.forbidden(
+                "clusters",
+                GROUP,
+                request.name,
+                f"connecting this cluster would exceed the licence's connected-cluster limit of "
+                f"{self.limit} ({count} connected already); disconnect an unused cluster or raise the limit",
+            )
+
+
+class PlatformAdmission:
+    def __init__(self, server: APIServer) -> None:
+        self.server = server
 
     async def admit(self, request: AdmissionRequest) -> None:
         rtype = request.rtype
@@ -56,19 +84,6 @@ class PlatformAdmission:
                         ],
                         GROUP,
                     )
-        if rtype.resource == "clusters" and request.operation == "CREATE" and not spec.get("local"):
-            count = over_cluster_limit(
-                self.server.objects.list(rtype), request.name, self.connected_cluster_limit
-            )
-            if count is not None:
-                raise errors.forbidden(
-                    "clusters",
-                    GROUP,
-                    request.name,
-                    f"connecting this cluster would exceed the licence's connected-cluster limit of "
-                    f"{self.connected_cluster_limit} ({count} connected already); disconnect an unused "
-                    "cluster or raise the limit",
-                )
         if rtype.resource == "virtualclusterinstances":
             values = ((spec.get("template") or {}).get("helmRelease") or {}).get("values")
             causes = tenant_config.validate(values)

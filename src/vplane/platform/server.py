@@ -65,7 +65,7 @@ class Platform:
             self.keys.vci_accesskey
         )
         self.api.subresource_handlers[(GROUP, "clusters", "accesskey")] = self.keys.cluster_accesskey
-        self.api.admission.add(PlatformAdmission(self.api, settings.connected_cluster_limit))
+        self.api.admission.add(PlatformAdmission(self.api))
         self.api.path_prefixes.append("/kubernetes/management")
         self.coordinator = Coordinator(
             with_platform_kind(self._authenticate_node, self.keys),

@@ -19,6 +19,7 @@ from vplane.kube.accesskeys import GROUP, KeyRejected
 from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import Coordinator, NodeIdentity, NodeInfo
 from vplane.mesh.settings import MeshSettings
+from vplane.platform.admission import ConnectedClusterLimit
 from vplane.platform.clusters import status as st
 from vplane.platform.clusters import values as av
 from vplane.platform.clusters.controller import ClusterController, ClusterDeps
@@ -74,6 +75,7 @@ class ConnectedClusters:
         self.gateway: Gateway | None = None
         self.controller: ClusterController | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        api.admission.add(ConnectedClusterLimit(api, settings.connected_cluster_limit))
 
     def routes(self) -> dict[str, Any]:
         return {GATEWAY_PREFIX: self._gateway, AGENT_VALUES_PREFIX: self.agent_values}
