@@ -30,7 +30,6 @@ log = structlog.get_logger("vplane.agent")
 
 TOKEN_EMPTY = "token is empty"
 URL_EMPTY = "url is empty"
-AGENT_NODE_LABEL = "vplane.io/agent"
 
 
 class _EventFieldShim:
@@ -106,7 +105,6 @@ class Agent:
             s.url,
             s.token,
             hostname=s.name,
-            labels={AGENT_NODE_LABEL: "loft"},
             settings=self.mesh_settings,
             ssl_context=self._ssl(),
             serve=self.relay.server(),

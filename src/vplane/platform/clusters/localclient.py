@@ -122,7 +122,6 @@ class LocalClient:
                     self.url,
                     str(key["spec"]["key"]),
                     hostname=self.hostname,
-                    labels={"vplane.io/platform": "true"},
                     settings=self.settings,
                     ssl_context=self.ssl_context,
                 )
