@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from vplane.cli.agent import agent
+from vplane.cli.clusters import connect_cluster
 from vplane.cli.options import (
     DataDirLock,
     build_settings,
@@ -177,8 +179,12 @@ def platform_login(url: str, access_key: str, ca_file: Path) -> None:
     click.echo(f"saved platform login to {path}")
 
 
-@platform.command("connect")
-@click.argument("target", type=click.Choice(["management"]))
+@platform.group("connect")
+def platform_connect() -> None:
+    """Add a kubectl context for the management API, or connect a cluster to the platform."""
+
+
+@platform_connect.command("management")
 @click.option(
     "--kubeconfig",
     type=click.Path(path_type=Path),
@@ -186,7 +192,7 @@ def platform_login(url: str, access_key: str, ca_file: Path) -> None:
     help="File to add the context to (default: $KUBECONFIG or ~/.kube/config).",
 )
 @click.option("--print", "print_only", is_flag=True, help="Print a kubeconfig instead of changing a file.")
-def platform_connect(target: str, kubeconfig: Path | None, print_only: bool) -> None:
+def platform_connect_management(kubeconfig: Path | None, print_only: bool) -> None:
     """Add a kubectl context for the platform's management API and switch to it."""
     import yaml
 
@@ -201,6 +207,9 @@ def platform_connect(target: str, kubeconfig: Path | None, print_only: bool) -> 
     path = kubeconfig or userconfig.default_kubeconfig()
     userconfig.merge_context(path, name, login.url, login.ca_pem, login.access_key)
     click.echo(f'Switched to context "{name}" in {path}')
+
+
+platform_connect.add_command(connect_cluster)
 
 
 class _CommandNotFound(click.ClickException):
@@ -426,6 +435,8 @@ def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_fil
         failure=_store_failure(runner.platform.api.store),
     )
 
+
+main.add_command(agent)
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,8 @@ from vplane.mesh.coordinator import AuthenticationError, Coordinator, NodeChange
 from vplane.mesh.settings import MeshSettings
 from vplane.platform import kinds
 from vplane.platform.admission import PlatformAdmission
+from vplane.platform.clusters.localclient import PLATFORM_KIND
+from vplane.platform.clusters.wiring import ConnectedClusters, visible_to_platform, with_platform_kind
 from vplane.platform.controllers import ProjectController, VirtualClusterController
 from vplane.platform.identity import AccessKeyIndex
 from vplane.platform.proxyaccess import ProxyTargetAccess
@@ -70,7 +72,7 @@ class Platform:
         self.api.admission.add(self.proxy_access)
         self.api.path_prefixes.append("/kubernetes/management")
         self.coordinator = Coordinator(
-            self._authenticate_node,
+            with_platform_kind(self._authenticate_node, self.keys),
             self._on_node_change,
             visible_peers=_visible_peers,
             settings=MeshSettings.model_validate(settings.mesh),
@@ -79,6 +81,8 @@ class Platform:
         self.keys.on_revoked.append(self._disconnect_key)
         self.api.public_routes["/coordinator/session"] = self.coordinator.handle_session
         self.api.public_routes["/derp/probe"] = self.coordinator.handle_probe
+        self.clusters = ConnectedClusters(self.api, self.keys, self.coordinator, settings)
+        self.api.public_routes.update(self.clusters.routes())
         self.supervisor: TenantSupervisor | None = None
         self.tenant_proxy: TenantProxy | None = None
         self.client: KubeClient | None = None
@@ -114,6 +118,7 @@ class Platform:
             "management",
         )
         self.client = KubeClient.from_kubeconfig(self.management_kubeconfig, field_manager="vplane-platform")
+        await self.clusters.start(self.client, self.management_kubeconfig)
         mesh_ca = await asyncio.to_thread(_mesh_ca, self.data_dir / "mesh")
         self.supervisor = TenantSupervisor(self.settings, self.url, self.ca_path, mesh_ca)
         supervisor = self.supervisor
@@ -157,6 +162,7 @@ class Platform:
         if self.supervisor is not None:
             self.supervisor.begin_shutdown()  # replicas exiting from now on are expected, not restarted
         await cancel_and_wait(self._tasks)
+        await self.clusters.stop()
         if self._relays:
             log.info("stopping: closing relayed requests to tenant clusters", requests=len(self._relays))
             await cancel_and_wait(list(self._relays))
@@ -283,6 +289,9 @@ class Platform:
         rtype = api.registry.get(GROUP, "v1", "networkpeers")
         assert rtype is not None
         node = change.node
+        self.clusters.node_changed(node)
+        if node.kind == PLATFORM_KIND:
+            return  # the platform's own node (how it reaches agent tunnels) is no peer to list
         ctx = api.system_context()
         if change.type == "removed":
             with contextlib.suppress(errors.StatusError):
@@ -330,7 +339,11 @@ def _mesh_ca(directory: Path) -> tls.CertPair:
 
 def _visible_peers(node: NodeInfo, candidates: Any) -> list[NodeInfo]:
     """Tenant control planes see every tenant control plane (which targets a tenant may use is checked by
-    platform RBAC when it registers a proxy target); agents see no one (they only talk to the platform)."""
+    platform RBAC when it registers a proxy target); agents see no one (they only talk to the platform); the
+    platform's own node sees every agent (it reaches their tunnels)."""
+    platform = visible_to_platform(node, candidates)
+    if platform is not None:
+        return platform
     if node.kind != "vcluster":
         return []
     return [c for c in candidates if c.kind == "vcluster"]

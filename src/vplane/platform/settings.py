@@ -47,3 +47,40 @@ class PlatformSettings(BaseModel):
     """Tenants keep the platform's accepted and refused answers for at most this many tokens each."""
     token_max_bytes: int = Field(default=4096, ge=1)
     """Tenants refuse longer bearer tokens with 401 before asking the platform."""
+
+    # -- issue 11 (connected clusters): the Cluster reconcile loop, the agent release, the licence --------
+    connected_cluster_limit: int | None = Field(default=None, ge=0)
+    """The licence's connected-cluster limit (licence resource ``connected-cluster``): creating a Cluster
+    beyond it is refused. ``spec.local`` clusters do not count. None: no limit."""
+    cluster_workers: int = Field(default=2, ge=1)
+    """Clusters reconciled at once (a pass may wait for helm)."""
+    cluster_offline_grace_seconds: float = Field(default=10.0, ge=0)
+    """A new tunnel cluster's reason stays blank this long before it reads ``Offline`` (runbook: blank
+    "during the earliest part of the wait")."""
+    cluster_offline_requeue_seconds: float = Field(default=5.0, gt=0)
+    """Offline and NoOnlinePeers requeue after this long (the agent's arrival requeues at once)."""
+    cluster_failed_requeue_seconds: float = Field(default=10.0, gt=0)
+    """A pass that ended in a hard error (phase Failed) is retried after this long."""
+    cluster_resync_seconds: float = Field(default=30.0, gt=0)
+    """An Initialized cluster is checked again (agent pods, tunnel sessions) this often."""
+    cluster_peer_health_timeout_seconds: float = Field(default=5.0, gt=0)
+    """A tunnel session that does not answer the platform's health check within this long is not online."""
+    cluster_request_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Each request the platform makes to a connected cluster's API."""
+    agent_values: dict[str, object] = Field(default_factory=dict)
+    """The platform's ``agentValues``: Helm values for every agent, under each Cluster's
+    ``loft.sh/agent-values`` annotation and over the chart's defaults."""
+    agent_chart: Path | None = None
+    """The agent chart directory (default: ``charts/vplane-agent`` next to the sources, or
+    ``$VPLANE_AGENT_CHART``)."""
+    helm_binary: str | None = None
+    """The helm binary (default: ``$VPLANE_HELM``, ``helm`` on PATH, then ``.tools/bin/helm``)."""
+    helm_timeout_seconds: float = Field(default=120.0, gt=0)
+    """One helm command (list, get values, upgrade --install) may take this long."""
+    agent_release_recheck_seconds: float = Field(default=300.0, ge=0)
+    """Helm is asked about an agent release whose desired values did not change at most this often (a
+    drift by hand is found within it)."""
+    local_client_retry_seconds: float = Field(default=5.0, gt=0)
+    """The platform's own mesh node retries this long after its coordinator refused it."""
+    local_client_ready_timeout_seconds: float = Field(default=10.0, gt=0)
+    """At start, the Cluster loop waits this long for the platform's own mesh node to connect."""

@@ -1,0 +1,159 @@
+"""The agent process: configuration checks, the pre-tunnel probe, the tunnel session and the liveness loop.
+
+Startup, in the runbook's order: ``token is empty`` / ``url is empty`` end the process (the Helm values
+never reached it); ``GET <platform>/derp/probe`` must answer 200 before the tunnel starts, and each
+failure logs ``Failed to reach the coordinator server. Make sure that the agent can reach the
+control-plane`` and is retried; then the mesh session registers with the cluster's access key. A
+refused key (``no auth key provided``, ``invalid access key: ...``) ends the process with that message:
+kubelet restarts it, as upstream's agent pod restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from typing import Any
+
+import structlog
+
+from vplane.agent import upstream
+from vplane.agent.liveness import CANNOT_REACH, REACHED_AGAIN, Liveness
+from vplane.agent.relay import Relay
+from vplane.agent.settings import AgentSettings
+from vplane.mesh.session import NodeSession, RegistrationError
+from vplane.mesh.settings import AGENT_LOG_ENV, MeshSettings, verbose
+from vplane.support import tls
+from vplane.support.tasks import cancel_and_wait
+
+log = structlog.get_logger("vplane.agent")
+
+TOKEN_EMPTY = "token is empty"
+URL_EMPTY = "url is empty"
+
+
+class _EventFieldShim:
+    """Works around a mesh bug, to be removed once the mesh fixes it: with verbose tunnel logs on
+    (``LOFT_LOG_TSNET_AGENT``), ``vplane.mesh.session`` logs each received frame with a keyword ``event=``,
+    which structlog's bound methods also take positionally, so every frame raised ``TypeError`` and the
+    session reconnected in a loop. This wrapper of that module's logger renames the field to ``frame``."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._inner, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kw: Any) -> Any:
+            if "event" in kw and args:
+                kw["frame"] = kw.pop("event")
+            return method(*args, **kw)
+
+        return call
+
+
+def _shim_mesh_verbose_logs() -> None:
+    from vplane.mesh import session as mesh_session
+
+    if not isinstance(mesh_session.log, _EventFieldShim):
+        mesh_session.log = _EventFieldShim(mesh_session.log)
+
+
+class ConfigError(Exception):
+    """The agent cannot start; the message is what it logs."""
+
+
+def check_config(settings: AgentSettings) -> None:
+    if not settings.token.strip():
+        raise ConfigError(TOKEN_EMPTY)
+    if not settings.url.strip():
+        raise ConfigError(URL_EMPTY)
+    if not settings.url.startswith(("https://", "http://")):
+        raise ConfigError(f"url {settings.url!r} is not an http(s) URL")
+
+
+class Agent:
+    def __init__(self, settings: AgentSettings) -> None:
+        check_config(settings)
+        self.settings = settings
+        self.mesh_settings = MeshSettings.model_validate(settings.mesh)
+        if settings.kubeconfig is not None:
+            self.api = upstream.from_kubeconfig(
+                settings.kubeconfig, settings.kube_context, settings.token_reload_seconds
+            )
+        else:
+            self.api = upstream.in_cluster(settings.service_account_dir, settings.token_reload_seconds)
+        self.verbose = verbose(self.mesh_settings, AGENT_LOG_ENV)
+        if self.verbose:
+            _shim_mesh_verbose_logs()
+        self.relay = Relay(self.api, settings.upstream_timeout_seconds, self.verbose)
+        self.session: NodeSession | None = None
+        self.liveness = Liveness()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _ssl(self) -> ssl.SSLContext | None:
+        pem = self.settings.ca_pem.strip()
+        return tls.client_context(pem.encode()) if pem else None
+
+    async def run(self) -> None:
+        """Until the session is refused (raises RegistrationError) or the task is cancelled."""
+        s = self.settings
+        log.info("agent starting", url=s.url, name=s.name, cluster_api=self.api.description)
+        self.session = session = NodeSession(
+            s.url,
+            s.token,
+            hostname=s.name,
+            settings=self.mesh_settings,
+            ssl_context=self._ssl(),
+            serve=self.relay.server(),
+        )
+        # NodeSession.probe logs the runbook's line on every failure (spec §10.3).
+        while True:
+            if await session.probe():
+                break
+            await asyncio.sleep(s.probe_retry_seconds)
+        log.info("coordinator reachable; starting the tunnel", url=s.url)
+        await session.start()
+        self._tasks.append(asyncio.create_task(self._liveness_loop(), name="agent-liveness"))
+        async for _ in session.subscribe():
+            pass  # ends when the session is closed or its key refused
+        if session.failure is not None:
+            raise session.failure
+
+    async def _liveness_loop(self) -> None:
+        """Every ``liveness_interval_seconds``: is the tunnel session to the platform up? The session
+        reconnects by itself (backoff); this loop is what an operator reads (spec §10.4)."""
+        assert self.session is not None
+        while True:
+            await asyncio.sleep(self.settings.liveness_interval_seconds)
+            event = self.liveness.observe(self.session.connected)
+            if event is None:
+                continue
+            if event.kind == "failed":
+                log.warning(
+                    CANNOT_REACH, failures=event.failures, url=self.settings.url, state=self.session.state
+                )
+            else:
+                log.info(REACHED_AGAIN, failures=event.failures, url=self.settings.url)
+
+    async def close(self) -> None:
+        await cancel_and_wait(self._tasks)
+        if self.session is not None:
+            await self.session.close()
+        await self.relay.close()
+
+
+async def run_agent(settings: AgentSettings) -> int:
+    """The process body: 0 when stopped, 1 when the platform refused the key."""
+    agent = Agent(settings)
+    try:
+        await agent.run()
+    except RegistrationError as exc:
+        log.error("the platform refused the agent's registration", error=str(exc))
+        return 1
+    finally:
+        with contextlib.suppress(Exception):
+            await agent.close()
+    return 0

@@ -1,0 +1,177 @@
+"""``vplane platform connect cluster <name>``: connect a Kubernetes cluster to the platform.
+
+As upstream's connect flow (spec §10.3): create the Cluster (``spec.networkPeer: true``,
+``spec.managementNamespace: vcluster-platform``), get the agent's access key from the Cluster's
+``accesskey`` subresource (running the command again reuses it unless its scope is malformed), read the
+agent values from ``/clusters/agent-values/<name>``, then install the agent chart with helm into the
+cluster ``--context``/``--kubeconfig`` name, or print the ``helm`` command to run there.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import ssl
+import subprocess
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import click
+
+MANAGEMENT = "/apis/management.loft.sh/v1"
+NAMESPACE = "vcluster-platform"
+
+
+class _Platform:
+    def __init__(self, url: str, access_key: str, ca_pem: bytes) -> None:
+        self.url = url.rstrip("/")
+        self.access_key = access_key
+        self.ctx = ssl.create_default_context(cadata=ca_pem.decode())
+
+    def request(
+        self, method: str, path: str, body: Any = None, *, token: str | None = None
+    ) -> tuple[int, bytes]:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {token or self.access_key}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise click.ClickException(f"cannot reach the platform at {self.url}: {reason}") from None
+
+    def json(self, method: str, path: str, body: Any = None, *, ok: tuple[int, ...] = (200, 201)) -> Any:
+        code, raw = self.request(method, path, body)
+        if code not in ok:
+            raise click.ClickException(f"the platform answered {code}: {_message(raw)}")
+        return json.loads(raw) if raw else None
+
+
+def _message(raw: bytes) -> str:
+    try:
+        return str(json.loads(raw).get("message") or raw.decode(errors="replace"))
+    except ValueError:
+        return raw.decode(errors="replace").strip()
+
+
+def ensure_cluster(platform: _Platform, name: str, display_name: str | None) -> None:
+    body = {
+        "apiVersion": "management.loft.sh/v1",
+        "kind": "Cluster",
+        "metadata": {"name": name},
+        "spec": {"networkPeer": True, "managementNamespace": NAMESPACE, "displayName": display_name or name},
+    }
+    code, raw = platform.request("POST", f"{MANAGEMENT}/clusters", body)
+    if code in (200, 201):
+        click.echo(f'cluster "{name}" created')
+        return
+    if code == 409:
+        existing = platform.json("GET", f"{MANAGEMENT}/clusters/{name}")
+        if not (existing.get("spec") or {}).get("networkPeer"):
+            raise click.ClickException(
+                f'cluster "{name}" exists and is not connected through an agent (spec.networkPeer is not set)'
+            )
+        click.echo(f'cluster "{name}" exists; reusing it')
+        return
+    raise click.ClickException(f'cannot create cluster "{name}": {_message(raw)}')
+
+
+def helm_args(
+    chart: Path, values_file: Path | None, connection: dict[str, Any], extra: dict[str, Any]
+) -> list[str]:
+    """``--set-string`` keeps a token or URL a string whatever it looks like; flags stay booleans."""
+    args = ["upgrade", "loft", str(chart), "--install", "--namespace", NAMESPACE, "--create-namespace"]
+    if values_file is not None:
+        return [*args, "--values", str(values_file)]
+    for key, value in connection.items():
+        if isinstance(value, bool):
+            args += ["--set", f"{key}={str(value).lower()}"]
+        else:
+            args += ["--set-string", f"{key}={value}"]
+    for key, value in extra.items():
+        args += ["--set-json", f"{key}={json.dumps(value, separators=(',', ':'))}"]
+    return args
+
+
+@click.command("cluster")
+@click.argument("name")
+@click.option(
+    "--context", "kube_context", default=None, help="Install the agent into this kubeconfig context."
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Install the agent into the cluster of this kubeconfig (with --context: that context of it).",
+)
+@click.option("--display-name", default=None, help="The Cluster's spec.displayName.")
+@click.option("--helm", "helm_binary", default=None, help="The helm binary (default: helm on PATH).")
+def connect_cluster(
+    name: str,
+    kube_context: str | None,
+    kubeconfig: Path | None,
+    display_name: str | None,
+    helm_binary: str | None,
+) -> None:
+    """Connect cluster NAME: create it on the platform and install its agent (or print the helm command)."""
+    import yaml
+
+    from vplane.cli.main import _login
+    from vplane.platform.clusters import values as av
+    from vplane.platform.clusters.helm import find_chart, find_helm
+
+    login = _login()
+    platform = _Platform(login.url, login.access_key, login.ca_pem)
+    ensure_cluster(platform, name, display_name)
+    key = platform.json("GET", f"{MANAGEMENT}/clusters/{name}/accesskey")
+    host = str(key.get("loftHost") or "")
+    url = host if host.startswith("https://") else f"https://{host}"
+    # With the caller's key (an administrator's), else the agent's own: a disabled agent key still gives
+    # back the command, unchanged, as the runbook says.
+    values_path = f"/clusters/agent-values/{urllib.parse.quote(name)}"
+    code, raw = platform.request("GET", values_path)
+    if code in (401, 403):
+        code, raw = platform.request("GET", values_path, token=str(key["accessKey"]))
+    if code != 200:
+        raise click.ClickException(f"cannot read the agent values: {_message(raw)}")
+    extra = yaml.safe_load(raw) or {}
+    connection = av.connection_values(
+        str(key["accessKey"]), url, str(key.get("caCert") or "").encode() or None, bool(key.get("insecure"))
+    )
+    try:
+        chart = find_chart()
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+    if kube_context is None and kubeconfig is None:
+        args = helm_args(chart, None, connection, extra)
+        click.echo("Run this against the cluster to connect (its kubectl context):")
+        click.echo("helm " + " ".join(shlex.quote(a) for a in args))
+        return
+    try:
+        helm = find_helm(helm_binary)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+    with tempfile.TemporaryDirectory(prefix="vplane-connect-") as tmp:
+        values_file = Path(tmp) / "values.yaml"
+        values_file.touch(mode=0o600)
+        values_file.write_text(yaml.safe_dump(av.desired_values(extra, connection), sort_keys=True))
+        cmd = [helm, *helm_args(chart, values_file, {}, {})]
+        if kubeconfig is not None:
+            cmd += ["--kubeconfig", str(kubeconfig)]
+        if kube_context is not None:
+            cmd += ["--kube-context", kube_context]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise click.ClickException(f"helm failed: {result.stderr.strip()}")
+    click.echo(f'agent installed: release "loft" in namespace {NAMESPACE}; the cluster connects once it runs')
+    click.echo(f"  helm history -n {NAMESPACE} loft")
+    click.echo(f"  kubectl get cluster.management.loft.sh {name} -o jsonpath='{{.status.phase}}'")

@@ -1,0 +1,465 @@
+"""The Cluster reconcile loop: the steps, in order, each result handed to :mod:`.status`.
+
+It reaches the management API over HTTP like every platform controller, and each connected cluster's API
+with a client built for its mode: the platform's own API (``spec.local``), the kubeconfig in the Secret
+``spec.config`` names (direct), or the gateway through the agent's tunnel (``spec.networkPeer``). The agent
+release is installed and upgraded with the real helm binary over the same kubeconfig.
+
+One pass: LocalClient -> tunnel sessions (Offline, NoOnlinePeers, PeerHealthCheck) -> client and the
+``kube-system`` UID (InitializeCluster, ClusterUID) -> management namespace, agent release, RBAC
+(InitializeCluster) -> agent pods (HealthCheckCluster, pod conditions). The first outcome is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+import structlog
+import yaml
+
+from vplane.apiserver import timeutil
+from vplane.controllers.client import NAMESPACES, KubeClient, Resource, TransportError
+from vplane.controllers.informer import Informer, split_key
+from vplane.controllers.reconciler import Controller
+from vplane.kube import errors
+from vplane.kube.accesskeys import ADMINS_GROUP, API_VERSION, cluster_key_name
+from vplane.kube.objects import Obj
+from vplane.mesh.coordinator import NodeInfo
+from vplane.platform.clusters import status as st
+from vplane.platform.clusters import values as av
+from vplane.platform.clusters.gateway import AGENT_HEALTH_PATH, Gateway, agent_sessions
+from vplane.platform.clusters.helm import Helm, HelmError, find_chart, find_helm
+from vplane.platform.clusters.localclient import LocalClient, Unavailable
+from vplane.platform.settings import PlatformSettings
+from vplane.support.files import private_dir, write_private
+
+log = structlog.get_logger("vplane.platform.clusters")
+
+CLUSTERS = Resource(API_VERSION, "Cluster", "clusters", False)
+ACCESS_KEYS = Resource(API_VERSION, "AccessKey", "accesskeys", False)
+SECRETS = Resource("v1", "Secret", "secrets", True)
+PODS = Resource("v1", "Pod", "pods", True)
+CLUSTER_ROLE_BINDINGS = Resource(
+    "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False
+)
+DEFAULT_SECRET_NAMESPACE = "vcluster-platform"
+DEFAULT_SECRET_KEY = "config"
+ADMINS_BINDING = "loft-admins"
+AGENT_IDENTITY_PREFIX = "loft:cluster:"
+
+
+class ClientBuildError(Exception):
+    pass
+
+
+class BridgeError(Exception):
+    """An actual error of the upgrade bridge (``proxy-only-agent``): DeployProxyOnlyAgent. Raised by the
+    upgrade flow of issue 11 item 7, which plugs in as the :class:`ReleaseApplier`."""
+
+
+class ReleaseApplier(Protocol):
+    """Applies an install or upgrade of the agent release. Today helm runs directly; the upgrade flow
+    (a temporary ``proxy-only-agent`` bridge for tunnel clusters) replaces this and raises
+    :class:`BridgeError` for its own failures."""
+
+    def __call__(
+        self,
+        helm: Helm,
+        chart: Path,
+        namespace: str,
+        values: dict[str, Any],
+        action: av.Action,
+        mode: st.Mode,
+    ) -> Awaitable[None]: ...
+
+
+async def helm_directly(
+    helm: Helm, chart: Path, namespace: str, values: dict[str, Any], action: av.Action, mode: st.Mode
+) -> None:
+    await helm.upgrade_install(chart, namespace, values)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, errors.StatusError):
+        return exc.message
+    return str(exc) or type(exc).__name__
+
+
+@dataclass
+class ClusterDeps:
+    management: KubeClient
+    settings: PlatformSettings
+    local: LocalClient
+    gateway: Gateway
+    nodes: Callable[[], Sequence[NodeInfo]]
+    platform_url: str
+    ca_pem: bytes
+    agent_key: Callable[[str], Awaitable[Obj]]
+    """The cluster's agent access key (created on first use, reused after; as the accesskey subresource)."""
+    local_kubeconfig: Path
+    """The platform's own API (for ``spec.local``)."""
+    version: str
+    data_dir: Path
+
+
+class _ClusterClient:
+    def __init__(self, fingerprint: str, kubeconfig: Path, client: KubeClient) -> None:
+        self.fingerprint = fingerprint
+        self.kubeconfig = kubeconfig
+        self.client = client
+
+
+class ClusterController:
+    def __init__(
+        self,
+        deps: ClusterDeps,
+        *,
+        clock: Callable[[], float] = time.time,
+        apply_release: ReleaseApplier = helm_directly,
+    ) -> None:
+        self.deps = deps
+        self.settings = deps.settings
+        self.clock = clock
+        self.apply_release = apply_release
+        self.informer = Informer(deps.management, CLUSTERS)
+        self.controller = Controller(
+            "clusters", self.informer, self.reconcile, workers=self.settings.cluster_workers
+        )
+        self._clients: dict[str, _ClusterClient] = {}
+        self._release_checked: dict[str, tuple[str, float]] = {}
+        self._claims: dict[str, str] = {}
+        """UIDs this process recorded, ahead of the informer seeing the annotation."""
+        self._uid_lock = asyncio.Lock()
+
+    # -- events from outside the API ------------------------------------------------------------
+
+    def node_changed(self, node: NodeInfo) -> None:
+        if node.kind == "agent" and node.identity.startswith(AGENT_IDENTITY_PREFIX):
+            self.controller.enqueue(node.identity[len(AGENT_IDENTITY_PREFIX) :])
+
+    def local_client_changed(self) -> None:
+        pending = self.informer.keys()
+        for key in pending:
+            self.controller.enqueue(key)
+
+    async def close(self) -> None:
+        for entry in self._clients.values():
+            with contextlib.suppress(Exception):
+                await entry.client.close()
+        self._clients.clear()
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> float | None:
+        _, name = split_key(key)
+        cluster = self.informer.get(key)
+        if cluster is None or (cluster.get("metadata") or {}).get("deletionTimestamp"):
+            await self._forget(name, deleted=cluster is None)
+            return None
+        spec = cluster.get("spec") or {}
+        mode = st.mode_of(spec)
+        if mode is None:
+            return None  # admission refuses such a Cluster; nothing to connect
+        sessions = agent_sessions(self.deps.nodes(), name)
+        online = any(n.online for n in sessions) if spec.get("networkPeer") else None
+        outcome, grace_left = await self._pass(name, cluster, mode, sessions)
+        await self._write(cluster, outcome, online)
+        s = self.settings
+        return st.requeue_after(
+            outcome,
+            waiting=s.cluster_offline_requeue_seconds,
+            failing=s.cluster_failed_requeue_seconds,
+            resync=s.cluster_resync_seconds,
+            grace_left=grace_left,
+        )
+
+    async def _pass(
+        self, name: str, cluster: Obj, mode: st.Mode, sessions: list[NodeInfo]
+    ) -> tuple[st.Outcome, float | None]:
+        spec = cluster.get("spec") or {}
+        meta = cluster.get("metadata") or {}
+        gate = st.local_client_gate(mode, self.deps.local.available, self.deps.local.error)
+        if gate is not None:
+            return gate, None
+        if mode is st.Mode.TUNNEL:
+            now = self.clock()
+            created = timeutil.parse_time(str(meta.get("creationTimestamp") or ""))
+            online_nodes = [n for n in sessions if n.online]
+            try:
+                responding = await self._health_check(online_nodes)
+            except Exception as exc:
+                log.exception("health-checking agent sessions failed", cluster=name)
+                return st.peer_check_failed(_describe(exc)), None
+            peers = st.Peers(len(sessions), len(online_nodes), responding)
+            grace = self.settings.cluster_offline_grace_seconds
+            gate = st.peer_gate(mode, peers, created, now, grace)
+            if gate is not None:
+                return gate, st.offline_grace_left(mode, peers, created, now, grace)
+        try:
+            entry = await self._client(name, cluster, mode)
+            kube_system = await entry.client.get(NAMESPACES, "kube-system")
+        except ClientBuildError as exc:
+            return st.step_failed(st.Step.CLIENT, str(exc)), None
+        except (errors.StatusError, TransportError) as exc:
+            return st.step_failed(st.Step.CLIENT, f"reading namespace kube-system: {_describe(exc)}"), None
+        client = entry.client
+        uid = str((kube_system.get("metadata") or {}).get("uid") or "")
+        failure = await self._claim_uid(name, cluster, uid)
+        if failure is not None:
+            return failure, None
+        namespace = st.management_namespace(spec)
+        try:
+            await self._ensure_namespace(client, namespace)
+        except (errors.StatusError, TransportError) as exc:
+            return st.step_failed(st.Step.NAMESPACE, _describe(exc), namespace), None
+        if mode is not st.Mode.LOCAL:
+            try:
+                await self._release(name, cluster, mode, namespace, entry)
+            except BridgeError as exc:
+                return st.deploy_proxy_only_agent_failed(str(exc)), None
+            except (HelmError, av.AgentValuesInvalid, errors.StatusError, TransportError, OSError) as exc:
+                return st.step_failed(st.Step.RELEASE, _describe(exc)), None
+        try:
+            await self._ensure_rbac(client)
+        except (errors.StatusError, TransportError) as exc:
+            return st.step_failed(st.Step.RBAC, _describe(exc)), None
+        if mode is st.Mode.LOCAL:
+            return st.initialized(), None  # the platform is its own agent there
+        try:
+            pods = await client.list(PODS, namespace=namespace, label_selector=dict([st.AGENT_LABEL]))
+        except (errors.StatusError, TransportError) as exc:
+            return st.health_check_failed(namespace, _describe(exc)), None
+        return st.pods_outcome(pods.items, namespace), None
+
+    async def _health_check(self, nodes: list[NodeInfo]) -> int:
+        """How many of the online sessions answer through the tunnel; dial and HTTP failures count as not
+        answering, anything else is the platform's own error (PeerHealthCheck)."""
+        if not nodes:
+            return 0
+        try:
+            http = self.deps.local.http()
+        except Unavailable:
+            return 0
+        timeout = aiohttp.ClientTimeout(total=self.settings.cluster_peer_health_timeout_seconds)
+
+        async def one(node: NodeInfo) -> bool:
+            if not await self.deps.local.wait_peer(
+                node.id, self.settings.cluster_peer_health_timeout_seconds
+            ):
+                return False
+            try:
+                async with http.get(f"http://{node.id}{AGENT_HEALTH_PATH}", timeout=timeout) as resp:
+                    await resp.read()
+                    return resp.status == 200
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                return False
+
+        results = await asyncio.gather(*(one(n) for n in nodes))
+        return sum(results)
+
+    # -- clients ----------------------------------------------------------------------------------
+
+    def _dir(self, name: str) -> Path:
+        return self.deps.data_dir / "clusters" / name
+
+    async def _client(self, name: str, cluster: Obj, mode: st.Mode) -> _ClusterClient:
+        if mode is st.Mode.LOCAL:
+            path = self.deps.local_kubeconfig
+            fingerprint = "local"
+        else:
+            doc = await self._kubeconfig_doc(name, cluster, mode)
+            raw = yaml.safe_dump(doc, sort_keys=True)
+            fingerprint = hashlib.sha256(raw.encode()).hexdigest()
+            path = self._dir(name) / "kubeconfig.yaml"
+            current = self._clients.get(name)
+            if current is None or current.fingerprint != fingerprint or not path.exists():
+                private_dir(self.deps.data_dir / "clusters")
+                write_private(path, raw)
+        current = self._clients.get(name)
+        if current is not None and current.fingerprint == fingerprint:
+            return current
+        if current is not None:
+            with contextlib.suppress(Exception):
+                await current.client.close()
+        try:
+            client = KubeClient.from_kubeconfig(
+                path, field_manager="vplane-platform", timeout=self.settings.cluster_request_timeout_seconds
+            )
+        except Exception as exc:
+            raise ClientBuildError(f"the kubeconfig cannot be used: {exc}") from None
+        entry = _ClusterClient(fingerprint, path, client)
+        self._clients[name] = entry
+        self._release_checked.pop(name, None)
+        return entry
+
+    async def _kubeconfig_doc(self, name: str, cluster: Obj, mode: st.Mode) -> dict[str, Any]:
+        if mode is st.Mode.TUNNEL:
+            return av.kubeconfig(
+                self.deps.gateway.server_url(self.deps.platform_url, name),
+                self.deps.ca_pem,
+                self.deps.gateway.token,
+            )
+        ref = (cluster.get("spec") or {}).get("config") or {}
+        secret_name = str(ref.get("secretName") or "")
+        secret_ns = str(ref.get("secretNamespace") or DEFAULT_SECRET_NAMESPACE)
+        secret_key = str(ref.get("key") or DEFAULT_SECRET_KEY)
+        where = f"secret {secret_ns}/{secret_name}"
+        try:
+            secret = await self.deps.management.get(SECRETS, secret_name, namespace=secret_ns)
+        except (errors.StatusError, TransportError) as exc:
+            raise ClientBuildError(f"reading the kubeconfig {where}: {_describe(exc)}") from None
+        data = (secret.get("data") or {}).get(secret_key)
+        if not data:
+            raise ClientBuildError(f"{where} has no key {secret_key!r} with a kubeconfig")
+        try:
+            text = base64.b64decode(str(data)).decode()
+            return av.sanitize_kubeconfig(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ClientBuildError(f"the kubeconfig in {where}, key {secret_key}: {exc}") from None
+
+    async def _forget(self, name: str, deleted: bool) -> None:
+        entry = self._clients.pop(name, None)
+        if entry is not None:
+            with contextlib.suppress(Exception):
+                await entry.client.close()
+        self._release_checked.pop(name, None)
+        self._claims.pop(name, None)
+        shutil.rmtree(self._dir(name), ignore_errors=True)
+        if deleted:
+            # The cluster's agent key goes with it: its sessions end (the platform revokes on deletion).
+            with contextlib.suppress(errors.StatusError, TransportError):
+                await self.deps.management.delete(ACCESS_KEYS, cluster_key_name(name))
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    async def _claim_uid(self, name: str, cluster: Obj, uid: str) -> st.Outcome | None:
+        async with self._uid_lock:
+            others: dict[str, str] = {}
+            for other in self.informer.objects():
+                other_name = str(other["metadata"]["name"])
+                if other_name == name or other["metadata"].get("deletionTimestamp"):
+                    continue
+                annotations = other["metadata"].get("annotations") or {}
+                recorded_other = self._claims.get(other_name) or annotations.get(st.CLUSTER_UID_ANNOTATION)
+                if recorded_other:
+                    others[other_name] = str(recorded_other)
+            annotations = (cluster.get("metadata") or {}).get("annotations") or {}
+            recorded = str(annotations.get(st.CLUSTER_UID_ANNOTATION) or self._claims.get(name) or "")
+            failure, record = st.cluster_uid_gate(name, uid, recorded, others)
+            if failure is not None:
+                return failure
+            if record:
+                await self.deps.management.patch(
+                    CLUSTERS, name, {"metadata": {"annotations": {st.CLUSTER_UID_ANNOTATION: uid}}}
+                )
+                self._claims[name] = uid
+            return None
+
+    async def _ensure_namespace(self, client: KubeClient, namespace: str) -> None:
+        try:
+            await client.get(NAMESPACES, namespace)
+        except errors.StatusError as exc:
+            if exc.code != 404:
+                raise
+            with contextlib.suppress(errors.StatusError):
+                await client.create(
+                    NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+                )
+            await client.get(NAMESPACES, namespace)  # a refused create surfaces here, or a race settled
+
+    async def _ensure_rbac(self, client: KubeClient) -> None:
+        """Platform administrators administer every connected cluster (as on the platform and in every
+        tenant): ClusterRoleBinding ``loft-admins``, group ``loft:admins`` -> ``cluster-admin``."""
+        try:
+            await client.get(CLUSTER_ROLE_BINDINGS, ADMINS_BINDING)
+            return
+        except errors.StatusError as exc:
+            if exc.code != 404:
+                raise
+        await client.create(
+            CLUSTER_ROLE_BINDINGS,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": ADMINS_BINDING},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "cluster-admin",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": ADMINS_GROUP}
+                ],
+            },
+        )
+
+    async def _release(
+        self, name: str, cluster: Obj, mode: st.Mode, namespace: str, entry: _ClusterClient
+    ) -> None:
+        """Install or upgrade the agent release when absent, of another chart version, not ``deployed``,
+        or with drifted values; helm is asked only when the desired values changed or every
+        ``agent_release_recheck_seconds`` (so a resync costs no subprocess)."""
+        annotations = (cluster.get("metadata") or {}).get("annotations") or {}
+        extra = av.extra_values({}, self.settings.agent_values, annotations.get(st.AGENT_VALUES_ANNOTATION))
+        key = await self.deps.agent_key(name)
+        desired = av.desired_values(
+            extra, av.connection_values(str(key["spec"]["key"]), self.deps.platform_url, self.deps.ca_pem)
+        )
+        fingerprint = hashlib.sha256(
+            orjson.dumps(
+                [desired, self.deps.version, namespace, entry.fingerprint], option=orjson.OPT_SORT_KEYS
+            )
+        ).hexdigest()
+        now = time.monotonic()
+        checked = self._release_checked.get(name)
+        if (
+            checked is not None
+            and checked[0] == fingerprint
+            and now - checked[1] < self.settings.agent_release_recheck_seconds
+        ):
+            return
+        helm = Helm(
+            find_helm(self.settings.helm_binary),
+            entry.kubeconfig,
+            self.deps.data_dir / "helm",
+            self.settings.helm_timeout_seconds,
+        )
+        current = await helm.release(namespace)
+        action, why = av.release_action(current, desired, self.deps.version)
+        if action != "none":
+            log.info(
+                "agent release needs a change", cluster=name, action=action, why=why, namespace=namespace
+            )
+            await self.apply_release(
+                helm, find_chart(self.settings.agent_chart), namespace, desired, action, mode
+            )
+            log.info("agent release applied", cluster=name, action=action, namespace=namespace)
+        self._release_checked[name] = (fingerprint, now)
+
+    async def _write(self, cluster: Obj, outcome: st.Outcome, online: bool | None) -> None:
+        current = cluster.get("status") or {}
+        patch = st.status_patch(current, outcome, online)
+        if patch is None:
+            return
+        name = cluster["metadata"]["name"]
+        if (current.get("phase"), current.get("reason")) != (outcome.phase, outcome.reason):
+            log.info(
+                "cluster status",
+                cluster=name,
+                phase=outcome.phase,
+                reason=outcome.reason,
+                message=outcome.message,
+            )
+        with contextlib.suppress(errors.StatusError):  # deleted meanwhile: the delete event follows
+            await self.deps.management.patch(CLUSTERS, name, {"status": patch}, subresource="status")
