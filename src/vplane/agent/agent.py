@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from typing import Any
 
 import structlog
 
@@ -30,35 +29,6 @@ log = structlog.get_logger("vplane.agent")
 
 TOKEN_EMPTY = "token is empty"
 URL_EMPTY = "url is empty"
-
-
-class _EventFieldShim:
-    """Works around a mesh bug, to be removed once the mesh fixes it: with verbose tunnel logs on
-    (``LOFT_LOG_TSNET_AGENT``), ``vplane.mesh.session`` logs each received frame with a keyword ``event=``,
-    which structlog's bound methods also take positionally, so every frame raised ``TypeError`` and the
-    session reconnected in a loop. This wrapper of that module's logger renames the field to ``frame``."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._inner, name)
-        if not callable(method):
-            return method
-
-        def call(*args: Any, **kw: Any) -> Any:
-            if "event" in kw and args:
-                kw["frame"] = kw.pop("event")
-            return method(*args, **kw)
-
-        return call
-
-
-def _shim_mesh_verbose_logs() -> None:
-    from vplane.mesh import session as mesh_session
-
-    if not isinstance(mesh_session.log, _EventFieldShim):
-        mesh_session.log = _EventFieldShim(mesh_session.log)
 
 
 class ConfigError(Exception):
@@ -86,8 +56,6 @@ class Agent:
         else:
             self.api = upstream.in_cluster(settings.service_account_dir, settings.token_reload_seconds)
         self.verbose = verbose(self.mesh_settings, AGENT_LOG_ENV)
-        if self.verbose:
-            _shim_mesh_verbose_logs()
         self.relay = Relay(self.api, settings.upstream_timeout_seconds, self.verbose)
         self.session: NodeSession | None = None
         self.liveness = Liveness()

@@ -445,7 +445,7 @@ class _Connection:
         session = self.session
         for event in events:
             if session.verbose:
-                log.info("mesh frame received", event=type(event).__name__, node=self.node_id)
+                log.info("mesh frame received", frame=type(event).__name__, node=self.node_id)
             if isinstance(event, frames.DataReceived):
                 transport = self.transports.get(event.stream_id)
                 if transport is None or transport._closing:
