@@ -306,3 +306,32 @@ def test_an_allowed_backend_of_the_tenant_process_is_served(tenant: Tenant, tmp_
         eventually(lambda: tenant.condition("allowed")[0] == "True", "the allowed backend is available")
         tenant.admin.run("get", "--raw", f"/apis/allowed.{GROUP}/v1")
         assert backend.requests > 0
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_webhook_on_this_host_is_refused_and_never_dialed(
+    tenant: Tenant, ca_bundle: str, host: str
+) -> None:
+    """Admission webhooks obey the same policy: a tenant's cluster-admin cannot make the tenant process POST
+    AdmissionReviews to loopback. With failurePolicy Fail the write is refused, saying why; the listener
+    behind the address sees no connection."""
+    listener = Listener("127.0.0.1")
+    name = f"loopback-{host.replace('.', '-')}"
+    try:
+        tenant.admin.apply(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n"
+            f"metadata: {{name: {name}}}\n"
+            f"webhooks:\n- name: {name}.tenant.example.com\n"
+            f"  clientConfig: {{url: 'https://{host}:{listener.port}/validate', caBundle: {ca_bundle}}}\n"
+            "  rules: [{operations: [CREATE], apiGroups: [''], apiVersions: [v1], resources: [configmaps]}]\n"
+            "  namespaceSelector: {matchLabels: {webhook: " + name + "}}\n"
+            "  failurePolicy: Fail\n  sideEffects: None\n  admissionReviewVersions: [v1]\n"
+        )
+        tenant.admin.run("create", "namespace", name)
+        tenant.admin.run("label", "namespace", name, f"webhook={name}")
+        failed = tenant.admin.fails("create", "configmap", "x", "-n", name)
+        assert f'failed calling webhook "{name}.tenant.example.com"' in failed.stderr
+        assert "is a loopback address" in failed.stderr and "is not allowed" in failed.stderr
+        assert listener.accepted == 0
+    finally:
+        listener.close()

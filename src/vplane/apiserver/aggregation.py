@@ -403,7 +403,7 @@ class Aggregator:
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.discovery_timeout),
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            exc = _refusal_of(exc) or exc
+            exc = refusal_of(exc) or exc
             log.info("aggregated backend unreachable", apiservice=backend.name, error=str(exc))
             return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
         return await relay_response(request, upstream)
@@ -538,7 +538,7 @@ class Aggregator:
                     )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             backend.stale = True
-            refusal = _refusal_of(exc)
+            refusal = refusal_of(exc)
             if refusal is not None:
                 await self._set_condition(backend, False, "BackendNotAllowed", str(refusal))
                 return
@@ -727,7 +727,7 @@ class _DiscoveryError(Exception):
     pass
 
 
-def _refusal_of(exc: BaseException) -> BackendRefused | None:
+def refusal_of(exc: BaseException) -> BackendRefused | None:
     """The policy's refusal inside aiohttp's connection error, if that is what it is."""
     if isinstance(exc, BackendRefused):
         return exc

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import ssl
+import urllib.parse
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -24,6 +26,7 @@ import orjson
 import structlog
 
 from vplane.apiserver.admission import AdmissionRequest, Reinvocation
+from vplane.apiserver.aggregation import BackendRefused, CheckedResolver, refusal_of
 from vplane.apiserver.mutatingpolicy import MutatingAdmissionPolicyPlugin
 from vplane.apiserver.vap import (
     ValidatingAdmissionPolicyPlugin,
@@ -45,10 +48,29 @@ USER_AGENT = "kube-apiserver-admission"
 
 
 class WebhookClients:
-    """HTTP clients for webhooks: one aiohttp session (and connection pool) per CA bundle."""
+    """HTTP clients for webhooks: one aiohttp session (and connection pool) per CA bundle.
 
-    def __init__(self) -> None:
+    Where the server restricts backends (tenant clusters: the tenant's cluster-admin writes the webhook
+    configurations but has no rights on the platform), webhook addresses obey the same policy as
+    aggregation backends: every resolved address is checked and only checked addresses are dialled, so
+    a webhook cannot make the tenant process POST to loopback, link-local or platform addresses."""
+
+    def __init__(self, resolver: Callable[[], CheckedResolver | None] = lambda: None) -> None:
         self._sessions: dict[bytes, aiohttp.ClientSession] = {}
+        self._resolver = resolver
+
+    def check_literal(self, url: str) -> None:
+        """IP-literal hosts are never resolved, so they are checked here (``BackendRefused``)."""
+        resolver = self._resolver()
+        if resolver is None:
+            return
+        parsed = urllib.parse.urlsplit(url)
+        host = (parsed.hostname or "").strip("[]")
+        try:
+            literal = ipaddress.ip_address(host)
+        except ValueError:
+            return
+        resolver.check(host, parsed.port or 443, [str(literal)])
 
     def session(self, ca_bundle: bytes) -> aiohttp.ClientSession:
         session = self._sessions.get(ca_bundle)
@@ -58,7 +80,13 @@ class WebhookClients:
                 if ca_bundle
                 else ssl.create_default_context()
             )
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx), auto_decompress=True)
+            resolver = self._resolver()
+            connector = (
+                aiohttp.TCPConnector(ssl=ctx, resolver=resolver, use_dns_cache=False)
+                if resolver is not None
+                else aiohttp.TCPConnector(ssl=ctx)
+            )
+            session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
             self._sessions[ca_bundle] = session
         return session
 
@@ -199,6 +227,10 @@ class _Caller:
             headers["Host"] = f"{client.server_name}:{client.service_port}"
             server_hostname = client.server_name
         try:
+            self.clients.check_literal(target)
+        except BackendRefused as exc:
+            raise CallError(hook.name, admissionreview.post_failure(url, str(exc))) from None
+        try:
             session = self.clients.session(client.ca_bundle)
         except (ssl.SSLError, ValueError) as exc:
             raise CallError(
@@ -220,7 +252,9 @@ class _Caller:
                 hook.name, admissionreview.post_failure(url, "context deadline exceeded")
             ) from None
         except (aiohttp.ClientError, OSError, ssl.SSLError) as exc:
-            raise CallError(hook.name, admissionreview.post_failure(url, _describe(exc, target))) from None
+            refusal = refusal_of(exc)
+            detail = str(refusal) if refusal is not None else _describe(exc, target)
+            raise CallError(hook.name, admissionreview.post_failure(url, detail)) from None
         return admissionreview.decode_response_body(hook, body, status, content_type)
 
     def _resolve(self, hook: Webhook) -> tuple[str, int]:
@@ -362,7 +396,9 @@ class Admission:
     """The admission plug-ins for dynamic configuration, in upstream's order, and their shared clients."""
 
     def __init__(self, server: APIServer) -> None:
-        self.clients = WebhookClients()
+        self.clients = WebhookClients(
+            lambda: server.aggregator.resolver if server.aggregator.policy.restricted else None
+        )
         self.mutating_policies = MutatingAdmissionPolicyPlugin(server)
         self.mutating = MutatingWebhooks(
             server,
