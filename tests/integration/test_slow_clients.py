@@ -578,8 +578,23 @@ def test_resource_versions_from_the_future_answer_as_upstream(apiserver: APIServ
     assert server.request("GET", f"{base}/now?resourceVersion={current}")[0] == 200
 
 
+def settled(server: APIServerProcess, quiet: float = 1.0) -> None:
+    """Wait until the server has stopped writing on its own (objects it keeps in place after start-up)."""
+    last, since = "", time.monotonic()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        _, _, body = server.request("GET", "/api/v1/namespaces?limit=1")
+        revision = json.loads(body)["metadata"]["resourceVersion"]
+        if revision != last:
+            last, since = revision, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.1)
+
+
 def test_a_list_waits_for_a_revision_about_to_arrive(apiserver: APIServerProcess) -> None:
     server = apiserver.start(resource_version_wait_seconds=10)
+    settled(server)
     created = create(server, "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "before"}})
     wanted = int(created["metadata"]["resourceVersion"]) + 1
     answer: list[tuple[int, bytes]] = []

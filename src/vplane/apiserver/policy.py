@@ -27,6 +27,7 @@ def _cluster_role(
         "metadata": {
             "name": name,
             "labels": {"kubernetes.io/bootstrapping": "rbac-defaults", **(labels or {})},
+            "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
         },
         "rules": rules,
     }
@@ -49,9 +50,11 @@ def _group(name: str) -> Obj:
     return {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": name}
 
 
+def _rule(group: str, resources: list[str], verbs: list[str]) -> Obj:
+    return {"apiGroups": [group], "resources": resources, "verbs": list(verbs)}
+
+
 def cluster_roles() -> list[Obj]:
-    core = ["configmaps", "secrets", "services", "endpoints", "pods", "pods/log", "serviceaccounts", "events"]
-    apps = ["deployments", "replicasets", "deployments/scale"]
     return [
         _cluster_role(
             "cluster-admin",
@@ -91,22 +94,120 @@ def cluster_roles() -> list[Obj]:
         ),
         _cluster_role(
             "system:aggregate-to-edit",
+            # Upstream's bootstrap policy: user-level actions in a namespace, not the system's `/status`
+            # subresources or quota and limits.
             [
-                {"apiGroups": [""], "resources": core, "verbs": _READ + _WRITE},
-                {"apiGroups": ["apps"], "resources": apps, "verbs": _READ + _WRITE},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": _READ + _WRITE},
+                _rule(
+                    "",
+                    [
+                        "pods/attach",
+                        "pods/proxy",
+                        "pods/exec",
+                        "pods/portforward",
+                        "secrets",
+                        "services/proxy",
+                    ],
+                    _READ,
+                ),
+                _rule("", ["serviceaccounts"], ["impersonate"]),
+                _rule("", ["pods", "pods/attach", "pods/proxy", "pods/exec", "pods/portforward"], _WRITE),
+                _rule("", ["pods/eviction", "serviceaccounts/token"], ["create"]),
+                _rule(
+                    "",
+                    [
+                        "replicationcontrollers",
+                        "replicationcontrollers/scale",
+                        "serviceaccounts",
+                        "services",
+                        "services/proxy",
+                        "endpoints",
+                        "persistentvolumeclaims",
+                        "configmaps",
+                        "secrets",
+                        "events",
+                    ],
+                    _WRITE,
+                ),
+                _rule(
+                    "apps",
+                    [
+                        "statefulsets",
+                        "statefulsets/scale",
+                        "daemonsets",
+                        "deployments",
+                        "deployments/scale",
+                        "deployments/rollback",
+                        "replicasets",
+                        "replicasets/scale",
+                    ],
+                    _WRITE,
+                ),
+                _rule("autoscaling", ["horizontalpodautoscalers"], _WRITE),
+                _rule("batch", ["jobs", "cronjobs"], _WRITE),
+                _rule("policy", ["poddisruptionbudgets"], _WRITE),
+                _rule("networking.k8s.io", ["networkpolicies", "ingresses"], _WRITE),
+                _rule("discovery.k8s.io", ["endpointslices"], _WRITE),
             ],
             labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"},
         ),
         _cluster_role(
             "system:aggregate-to-view",
             [
-                {
-                    "apiGroups": [""],
-                    "resources": [r for r in core if r != "secrets"] + ["namespaces"],
-                    "verbs": _READ,
-                },
-                {"apiGroups": ["apps"], "resources": apps, "verbs": _READ},
+                _rule(
+                    "",
+                    [
+                        "pods",
+                        "replicationcontrollers",
+                        "replicationcontrollers/scale",
+                        "serviceaccounts",
+                        "services",
+                        "services/status",
+                        "endpoints",
+                        "persistentvolumeclaims",
+                        "persistentvolumeclaims/status",
+                        "configmaps",
+                    ],
+                    _READ,
+                ),
+                _rule(
+                    "",
+                    [
+                        "limitranges",
+                        "resourcequotas",
+                        "bindings",
+                        "events",
+                        "pods/status",
+                        "resourcequotas/status",
+                        "namespaces/status",
+                        "replicationcontrollers/status",
+                        "pods/log",
+                    ],
+                    _READ,
+                ),
+                _rule("", ["namespaces"], _READ),
+                _rule(
+                    "apps",
+                    [
+                        "controllerrevisions",
+                        "statefulsets",
+                        "statefulsets/status",
+                        "statefulsets/scale",
+                        "daemonsets",
+                        "daemonsets/status",
+                        "deployments",
+                        "deployments/status",
+                        "deployments/scale",
+                        "replicasets",
+                        "replicasets/status",
+                        "replicasets/scale",
+                    ],
+                    _READ,
+                ),
+                _rule("autoscaling", ["horizontalpodautoscalers", "horizontalpodautoscalers/status"], _READ),
+                _rule("batch", ["jobs", "cronjobs", "cronjobs/status", "jobs/status"], _READ),
+                _rule("policy", ["poddisruptionbudgets", "poddisruptionbudgets/status"], _READ),
+                _rule("networking.k8s.io", ["networkpolicies", "ingresses", "ingresses/status"], _READ),
+                _rule("discovery.k8s.io", ["endpointslices"], _READ),
             ],
             labels={"rbac.authorization.k8s.io/aggregate-to-view": "true"},
         ),

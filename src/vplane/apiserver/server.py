@@ -292,7 +292,21 @@ class APIServer:
                     await self.objects.create(ctx, rtype, namespace, obj)
                 elif "data" in obj and current.get("data") != obj["data"]:
                     await self.objects.guaranteed_update(
-                        ctx, rtype, namespace, obj["metadata"]["name"], _replace_data(obj["data"])
+                        ctx, rtype, namespace, obj["metadata"]["name"], _replace_field("data", obj["data"])
+                    )
+                elif (
+                    obj["kind"] == "ClusterRole"
+                    and _auto_update(current)
+                    and current.get("rules") != obj.get("rules")
+                ):
+                    # Bootstrap roles follow the release that serves them, as upstream reconciles its own
+                    # (unless an administrator set rbac.authorization.kubernetes.io/autoupdate: "false").
+                    await self.objects.guaranteed_update(
+                        ctx,
+                        rtype,
+                        namespace,
+                        obj["metadata"]["name"],
+                        _replace_field("rules", obj.get("rules")),
                     )
         await builtin.bootstrap(self)
 
@@ -678,12 +692,17 @@ class APIServer:
         raise errors.method_not_allowed()
 
 
-def _replace_data(data: Obj) -> Callable[[Obj], Obj]:
+def _replace_field(name: str, value: Any) -> Callable[[Obj], Obj]:
     def mutate(current: Obj) -> Obj:
-        current["data"] = data
+        current[name] = value
         return current
 
     return mutate
+
+
+def _auto_update(obj: Obj) -> bool:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get("rbac.authorization.kubernetes.io/autoupdate", "true") != "false")
 
 
 def _load_or_make_ca(cert: Path, key: Path, prefix: str) -> tls.CertPair:
