@@ -86,6 +86,25 @@ def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, k
         )
         assert connect.stdout.strip() == "configmap/up-check", connect.stderr
         assert "kube-system" in k.run("--context", "vplane_client_default", "get", "namespaces").stdout
+        # The printed resource-proxy example, run as printed (with this test's kubectl and kubeconfig):
+        example = next(
+            line.strip()
+            for line in printed.splitlines()
+            if "widgets.demo.vplane.io" not in line
+            and "kubectl --context vplane_client_default apply" in line
+        )
+        shown = subprocess.run(
+            example.replace(
+                "kubectl ", f"{kubectl_path} --kubeconfig {kubeconfig} --cache-dir {tmp_path}/c "
+            ),
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "w1" in shown.stdout
+        assert "vcluster.com/owner-project=default,vcluster.com/owner-vcluster=client" in shown.stdout
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

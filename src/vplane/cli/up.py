@@ -15,11 +15,11 @@ from pathlib import Path
 import aiohttp
 import click
 
-from vplane.cli import userconfig
+from vplane.cli import upsample, userconfig
 from vplane.cli.options import build_settings
 from vplane.controllers.client import KubeClient, Resource
 from vplane.kube import errors
-from vplane.kube.accesskeys import API_VERSION, project_namespace
+from vplane.kube.accesskeys import API_VERSION, project_namespace, vcluster_subject
 from vplane.platform.server import Platform
 from vplane.platform.settings import PlatformSettings
 
@@ -58,6 +58,9 @@ class Up:
         )
         namespace = project_namespace(PROJECT, platform.settings.project_namespace_prefix)
         await _wait_namespace(client, namespace)
+        # The client proxies the sample group from the target: its identity may use the target.
+        client_identity = vcluster_subject(namespace, "client")
+        await upsample.grant_use(client, namespace, "target", client_identity)
         for name in TENANTS:
             await _ensure(
                 client,
@@ -72,7 +75,11 @@ class Up:
                     },
                     "spec": {
                         "displayName": name,
-                        "template": {"helmRelease": {"values": ""}},
+                        "template": {
+                            "helmRelease": {
+                                "values": upsample.client_values("target") if name == "client" else ""
+                            }
+                        },
                         "networkPeer": True,
                     },
                 },
@@ -94,7 +101,33 @@ class Up:
         ]
         current = keep_context(userconfig.current_context(self.kubeconfig), [e[0] for e in entries])
         userconfig.write_kubeconfig(self.kubeconfig, userconfig.kubeconfig_doc(entries, current))
+        await self._sample_proxy(client_identity)
         _print_usage(platform.url, self.kubeconfig)
+
+    async def _sample_proxy(self, client_identity: str) -> None:
+        """The target's side of the sample (its CRD and the client's rights there), then wait until the
+        client serves the group (the proxy's APIService is available)."""
+        target = KubeClient.from_kubeconfig(self.kubeconfig, userconfig.tenant_context("target", PROJECT))
+        tenant = KubeClient.from_kubeconfig(self.kubeconfig, userconfig.tenant_context("client", PROJECT))
+        try:
+            await upsample.prepare_target(target, client_identity)
+            deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
+            name = f"{upsample.VERSION}.{upsample.GROUP}"
+            while True:
+                try:
+                    api = await tenant.get(upsample.APISERVICES, name)
+                    conditions = (api.get("status") or {}).get("conditions") or []
+                    if any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions):
+                        return
+                except errors.StatusError:
+                    pass
+                if asyncio.get_running_loop().time() > deadline:
+                    click.echo(f"warning: the sample resource proxy ({name}) is not available yet", err=True)
+                    return
+                await asyncio.sleep(0.2)
+        finally:
+            await target.close()
+            await tenant.close()
 
     async def stop(self) -> None:
         await self.platform.stop()
@@ -185,6 +218,13 @@ def _print_usage(url: str, kubeconfig: Path) -> None:
     echo(f"  kubectl --context {userconfig.management_context()} get virtualclusterinstances -A")
     for name in TENANTS:
         echo(f"  kubectl --context {userconfig.tenant_context(name, PROJECT)} get namespaces")
+    echo("The client tenant serves widgets.demo.vplane.io/v1, stored in the target (the resource proxy):")
+    echo(
+        "  "
+        + upsample.example(
+            userconfig.tenant_context("client", PROJECT), userconfig.tenant_context("target", PROJECT)
+        )
+    )
     echo("Or through the platform, as in the runbooks:")
     echo(f"  vplane connect target --driver platform --project {PROJECT} -- kubectl get namespaces")
     echo("  vplane platform connect management")
