@@ -105,6 +105,24 @@ def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, k
         assert shown.returncode == 0, shown.stderr
         assert "w1" in shown.stdout
         assert "vcluster.com/owner-project=default,vcluster.com/owner-vcluster=client" in shown.stdout
+
+        def doctor() -> str:
+            result = subprocess.run(
+                [sys.executable, "-m", "vplane.cli.main", "doctor", "proxy", "client", "--interval", "0.2"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert result.returncode == 0, result.stderr
+            return result.stdout
+
+        healthy = doctor()
+        assert "default/target for demo.vplane.io/v1: Ready, 1/1 replicas ready" in healthy
+        assert "replica 0:" in healthy and "verdict: No proxy degradation" in healthy
+        k.run("--context", "vplane_management", "delete", "virtualclusterinstance", "target", "-n", "p-default")
+        down = doctor()
+        assert "verdict: The target is down. Fix the target." in down
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -10,6 +10,7 @@ import click
 
 from vplane.cli.agent import agent
 from vplane.cli.clusters import connect_cluster
+from vplane.cli.doctor import doctor
 from vplane.cli.options import (
     DataDirLock,
     build_settings,
@@ -437,6 +438,7 @@ def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_fil
 
 
 main.add_command(agent)
+main.add_command(doctor)
 
 if __name__ == "__main__":
     main()

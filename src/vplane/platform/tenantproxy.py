@@ -8,6 +8,9 @@ RBAC; the platform adds nothing to the caller's identity.
 The platform authenticates the caller first (any platform credential: an access key, a token, a client
 certificate), so strangers never reach a tenant's API, and every caller it cannot authenticate gets the
 same 401 whether or not the tenant exists: the path is no oracle for which projects and tenants there are.
+
+A request may name one replica with the header ``X-Vplane-Replica: <index>`` (``vplane doctor`` reads
+each replica's own metrics this way: a symptom of the resource proxy can be replica-local).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from vplane.support.httprelay import relay_response
 from vplane.support.requestheader import HOP_BY_HOP
 
 PREFIX = "/kubernetes/project/"
+REPLICA_HEADER = "X-Vplane-Replica"
 
 Authenticate = Callable[[web.Request], Awaitable[UserInfo | None]]
 """The platform API server's authentication: the caller's identity, None without credentials, 401 for bad
@@ -91,6 +95,13 @@ class TenantProxy:
         if tenant is None:
             raise errors.not_found("virtualclusterinstances", name, "management.loft.sh")
         replicas = [r for _, r in sorted(tenant.replicas.items()) if r.ready]
+        wanted = request.headers.get(REPLICA_HEADER)
+        if wanted is not None:
+            replicas = [r for r in replicas if str(r.index) == wanted.strip()]
+            if not replicas:
+                raise errors.service_unavailable(
+                    f'replica {wanted} of tenant cluster "{name}" in project "{project}" is not ready', 1
+                )
         if not replicas:
             raise errors.service_unavailable(
                 f'tenant cluster "{name}" in project "{project}" is not ready', 1

@@ -1,0 +1,170 @@
+"""``vplane doctor proxy <client> --project <p>``: the resource-proxy runbook's quick triage, run for you.
+
+Step 1, is the target up: the target VirtualClusterInstance's status on the platform. Step 2, what the
+proxy metrics say: ``/metrics/syncer`` of every client replica (each replica keeps its own peer cache, so a
+symptom can be replica-local), scraped twice a few seconds apart so "increased recently" means what the
+runbook means. Step 3, what the logs say: each replica's recent log lines, where this machine has them.
+Then the verdict row that matches (``vplane.proxy.triage``), the reason labels seen, and the next action.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import click
+
+from vplane.cli import userconfig
+from vplane.kube import tenantconfig
+from vplane.platform.tenantproxy import REPLICA_HEADER
+from vplane.proxy.triage import Scrape, Verdict, triage
+
+LOG_TAIL = 200
+
+
+@dataclass
+class ReplicaReport:
+    index: int
+    verdict: Verdict | None
+    error: str = ""
+
+
+async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[int, str]:
+    async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=15)) as resp:
+        return resp.status, await resp.text()
+
+
+def _log_lines(data_dir: Path | None, namespace: str, name: str, replica: int) -> list[str]:
+    if data_dir is None:
+        return []
+    path = data_dir / "tenants" / namespace / name / f"replica-{replica}.log"
+    try:
+        return path.read_text(errors="replace").splitlines()[-LOG_TAIL:]
+    except OSError:
+        return []
+
+
+async def diagnose(
+    login: userconfig.PlatformLogin, name: str, project: str, interval: float, data_dir: Path | None
+) -> tuple[dict[str, Any], list[ReplicaReport]]:
+    ctx = ssl.create_default_context(cadata=login.ca_pem.decode())
+    headers = {"Authorization": f"Bearer {login.access_key}", "Accept": "application/json"}
+    namespace = f"{userconfig.DEFAULT_NAMESPACE_PREFIX}{project}"
+    base = login.url.rstrip("/") + userconfig.MANAGEMENT
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        status, body = await _get(
+            session, f"{base}/namespaces/{namespace}/virtualclusterinstances/{name}", headers
+        )
+        if status == 404:
+            raise click.ClickException(f'tenant cluster "{name}" not found in project "{project}"')
+        if status != 200:
+            raise click.ClickException(f"reading tenant cluster {name}: {status} {body[:200]}")
+        client = json.loads(body)
+        values = ((client.get("spec") or {}).get("template") or {}).get("helmRelease", {}).get("values")
+        targets = tenantconfig.parse(values).proxy_targets(project)
+        if not targets:
+            raise click.ClickException(f'tenant cluster "{name}" has no enabled resource proxy entry')
+        facts: dict[str, Any] = {"targets": {}}
+        for target in targets:
+            t_ns = f"{userconfig.DEFAULT_NAMESPACE_PREFIX}{target.target_project}"
+            code, text = await _get(
+                session, f"{base}/namespaces/{t_ns}/virtualclusterinstances/{target.target_name}", headers
+            )
+            t_status = (json.loads(text).get("status") or {}) if code == 200 else {}
+            ready = t_status.get("phase") == "Ready"
+            facts["targets"][target.target_label] = {
+                "groupVersion": target.group_version,
+                "ready": ready,
+                "phase": t_status.get("phase", "NotFound" if code == 404 else f"unknown ({code})"),
+                "readyReplicas": t_status.get("readyReplicas", 0),
+                "replicas": t_status.get("replicas", 0),
+            }
+        all_ready = all(t["ready"] for t in facts["targets"].values())
+        replicas = int((client.get("status") or {}).get("replicas") or 1)
+        server = userconfig.tenant_server(login, name, project)
+        first: dict[int, Scrape | None] = {}
+        for index in range(replicas):
+            first[index] = await _scrape(session, server, headers, index)
+        await asyncio.sleep(interval)
+        reports = []
+        for index in range(replicas):
+            now = await _scrape(session, server, headers, index)
+            if now is None:
+                reports.append(ReplicaReport(index, None, "its /metrics/syncer could not be read"))
+                continue
+            logs = _log_lines(data_dir, namespace, name, index)
+            reports.append(ReplicaReport(index, triage(all_ready, now, logs, before=first[index])))
+    return facts, reports
+
+
+async def _scrape(
+    session: aiohttp.ClientSession, server: str, headers: dict[str, str], index: int
+) -> Scrape | None:
+    try:
+        code, text = await _get(session, server + "/metrics/syncer", {**headers, REPLICA_HEADER: str(index)})
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+    return Scrape.parse(text) if code == 200 else None
+
+
+def render(name: str, facts: dict[str, Any], reports: list[ReplicaReport]) -> str:
+    lines = [f"Resource proxy of tenant cluster {name}", "", "Step 1: is the target up?"]
+    for label, t in facts["targets"].items():
+        state = "Ready" if t["ready"] else f"not Ready (phase {t['phase']})"
+        lines.append(
+            f"  {label} for {t['groupVersion']}: {state}, {t['readyReplicas']}/{t['replicas']} replicas ready"
+        )
+    lines += ["", "Steps 2 and 3: metrics and logs of every client replica"]
+    for report in reports:
+        lines.append(f"  replica {report.index}:")
+        if report.verdict is None:
+            lines.append(f"    {report.error}")
+            continue
+        v = report.verdict
+        lines.append(f"    verdict: {v.row}")
+        for item in v.evidence:
+            lines.append(f"    evidence: {item}")
+        if v.reasons:
+            seen = ", ".join(f"{r}={n:g}" for r, n in sorted(v.reasons.items()))
+            lines.append(f"    reason labels on vcluster_proxy_request_total: {seen}")
+        lines.append(f"    next: {v.next_action}")
+    return "\n".join(lines)
+
+
+@click.group()
+def doctor() -> None:
+    """Diagnose vplane components with their runbooks."""
+
+
+@doctor.command("proxy")
+@click.argument("name")
+@click.option("--project", default="default", show_default=True)
+@click.option(
+    "--interval",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds between the two metric scrapes that tell what increased recently.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The platform's data directory, to read the replicas' logs on this machine (default: vplane up's).",
+)
+def doctor_proxy(name: str, project: str, interval: float, data_dir: Path | None) -> None:
+    """Run the resource proxy runbook's quick triage for client tenant cluster NAME."""
+    try:
+        login = userconfig.PlatformLogin.load()
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+    if data_dir is None:
+        default = userconfig.home() / "up" / "platform"
+        data_dir = default if default.exists() else None
+    facts, reports = asyncio.run(diagnose(login, name, project, interval, data_dir))
+    click.echo(render(name, facts, reports))
