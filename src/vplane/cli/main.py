@@ -17,6 +17,7 @@ from vplane.cli.options import (
     private_process,
     run_until_signalled,
 )
+from vplane.cli.scheduler import scheduler as scheduler_command
 from vplane.support import logging as vlogging
 
 if TYPE_CHECKING:
@@ -415,6 +416,8 @@ def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_fil
         failure=_store_failure(runner.platform.api.store),
     )
 
+
+main.add_command(scheduler_command)
 
 if __name__ == "__main__":
     main()
