@@ -370,7 +370,7 @@ class Scheduler:
         wanted = {"type": "PodScheduled", "status": "False", "reason": reason, "message": message}
         current = _condition(pod, "PodScheduled")
         if current is None or any(current.get(k) != v for k, v in wanted.items()):
-            condition: dict[str, Any] = {**wanted, "lastProbeTime": None}
+            condition: dict[str, Any] = dict(wanted)
             same_status = current is not None and current.get("status") == "False"
             condition["lastTransitionTime"] = (
                 current.get("lastTransitionTime")
