@@ -352,7 +352,8 @@ def test_a_higher_priority_pod_preempts_a_lower_one(
     assert bound(k, "important") == free_node
     assert get_pod(k, "low-guarded") is not None and node_of(k, "low-guarded") == guarded_node
     important = get_pod(k, "important")
-    assert important is not None and important["status"].get("nominatedNodeName") == free_node
+    # nominated to the node while the victim went away (a 1.34+ API server clears it again on binding)
+    assert important is not None and important["status"].get("nominatedNodeName") in (free_node, None)
     events = json.loads(k.run("get", "events.events.k8s.io", "-o", "json").out)["items"]
     preempted = [e for e in events if e.get("reason") == "Preempted"]
     assert [e["regarding"]["name"] for e in preempted] == ["low-free"]

@@ -429,7 +429,8 @@ class Scheduler:
         if current is None or is_bound(current):
             self.queue.done(info.key)  # deleted, or bound by someone else meanwhile
             return
-        message = exc.message if isinstance(exc, StatusError) else str(exc)
+        detail = exc.message if isinstance(exc, StatusError) else str(exc)
+        message = f'running Bind plugin "DefaultBinder": {detail}'  # the framework wraps the binder's error
         self._spawn(self._report_failure(current, REASON_SCHEDULER_ERROR, message, None))
         self.queue.requeue_error(info.key)
         self._wake.set()
