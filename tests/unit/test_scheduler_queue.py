@@ -84,8 +84,21 @@ def test_only_pods_the_change_may_help_move() -> None:
         q.pop()
         q.requeue_unschedulable(key, frozenset({plugin}))
     clock.now += 5
-    assert q.move_all(lambda p: "InterPodAffinity" in p.unschedulable_plugins) == 1
+    assert q.move_all(frozenset({"InterPodAffinity", "PodTopologySpread"})) == 1
     assert q.get("a").where == ACTIVE and q.get("b").where == UNSCHEDULABLE  # type: ignore[union-attr]
+
+
+def test_a_change_during_the_attempt_only_counts_for_the_plugins_it_may_help() -> None:
+    clock = Clock()
+    q = make(clock)
+    q.add("a", 0)
+    q.add("b", 0)
+    q.pop()
+    q.pop()
+    q.move_all(frozenset({"InterPodAffinity"}))  # e.g. a pod was bound elsewhere meanwhile
+    q.requeue_unschedulable("a", frozenset({"InterPodAffinity"}))
+    q.requeue_unschedulable("b", frozenset({"NodeResourcesFit"}))
+    assert q.get("a").where == BACKOFF and q.get("b").where == UNSCHEDULABLE  # type: ignore[union-attr]
 
 
 def test_pods_unschedulable_for_five_minutes_are_retried() -> None:

@@ -54,6 +54,7 @@ class SchedulingQueue:
     _active: list[tuple[int, float, int, str]] = field(default_factory=list)
     _backoff: list[tuple[float, int, str]] = field(default_factory=list)
     _unschedulable: dict[str, QueuedPod] = field(default_factory=dict)
+    _plugin_move_cycles: dict[str, int] = field(default_factory=dict)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
 
     # -- what is where ---------------------------------------------------------------------------------
@@ -172,7 +173,7 @@ class SchedulingQueue:
         now = self.clock()
         pod.timestamp = now
         pod.unschedulable_plugins = plugins
-        if pod.updated_in_flight or self.move_request_cycle >= pod.cycle:
+        if pod.updated_in_flight or self._moved_since(pod):
             self._to_active_or_backoff(pod, now)
         else:
             self._place(pod, UNSCHEDULABLE)
@@ -186,17 +187,27 @@ class SchedulingQueue:
         pod.unschedulable_plugins = frozenset()
         self._to_backoff(pod)
 
-    def move_all(self, wanted: Callable[[QueuedPod], bool] | None = None) -> int:
-        """``MoveAllToActiveOrBackoffQueue``: the cluster changed; unschedulable pods (those ``wanted`` picks)
-        get another try. Pods in flight will go to back-off instead of waiting. Returns how many moved."""
-        self.move_request_cycle = self.scheduling_cycle
+    def move_all(self, plugins: frozenset[str] | None = None) -> int:
+        """``MoveAllToActiveOrBackoffQueue``: the cluster changed; unschedulable pods get another try (only
+        those a plugin in ``plugins`` rejected, when given). Pods in flight that the change may help go to
+        back-off instead of waiting for another change. Returns how many moved."""
+        if plugins is None:
+            self.move_request_cycle = self.scheduling_cycle
+        else:
+            for plugin in plugins:
+                self._plugin_move_cycles[plugin] = self.scheduling_cycle
         now = self.clock()
         moved = 0
         for pod in list(self._unschedulable.values()):
-            if wanted is None or wanted(pod):
+            if plugins is None or not pod.unschedulable_plugins.isdisjoint(plugins):
                 self._to_active_or_backoff(pod, now)
                 moved += 1
         return moved
+
+    def _moved_since(self, pod: QueuedPod) -> bool:
+        if self.move_request_cycle >= pod.cycle:
+            return True
+        return any(self._plugin_move_cycles.get(p, -1) >= pod.cycle for p in pod.unschedulable_plugins)
 
     # -- time ------------------------------------------------------------------------------------------
 

@@ -189,11 +189,8 @@ class Scheduler:
             "schedulerName", self.settings.scheduler_name
         ) == self.settings.scheduler_name and not spec.get("schedulingGates")
 
-    def _move(self, wanted: frozenset[str] | None = None) -> None:
-        if wanted is None:
-            moved = self.queue.move_all()
-        else:
-            moved = self.queue.move_all(lambda p: not p.unschedulable_plugins.isdisjoint(wanted))
+    def _move(self, plugins: frozenset[str] | None = None) -> None:
+        moved = self.queue.move_all(plugins)
         if moved or self.queue.has_active():
             self._wake.set()
 
