@@ -310,7 +310,7 @@ class Scheduler:
             if outcome.code == Code.SUCCESS:
                 await self._preempt(pod, info, outcome)
         message = result.message
-        self._log.info("pod is unschedulable", pod=info.key, message=message)
+        self._log.debug("pod is unschedulable", pod=info.key, message=message)
         if nominate is not None:
             self.cache.nominate(info, nominate)
         await self._report_failure(pod, REASON_UNSCHEDULABLE, message, nominate)
