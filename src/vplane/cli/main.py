@@ -20,6 +20,7 @@ from vplane.cli.options import (
     private_process,
     run_until_signalled,
 )
+from vplane.cli.scheduler import scheduler as scheduler_command
 from vplane.support import logging as vlogging
 
 if TYPE_CHECKING:
@@ -439,6 +440,7 @@ def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_fil
 
 main.add_command(agent)
 main.add_command(doctor)
+main.add_command(scheduler_command)
 
 if __name__ == "__main__":
     main()

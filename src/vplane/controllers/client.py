@@ -434,6 +434,25 @@ class KubeClient:
             subresource="status",
         )
 
+    async def create_subresource(
+        self, resource: Resource, name: str, subresource: str, body: Obj, *, namespace: str | None = None
+    ) -> Obj:
+        """POST an object of its own kind to a subresource (``pods/binding``, ``pods/eviction``)."""
+        group, version = split_api_version(str(body.get("apiVersion") or "v1"))
+        info = lk_resource.ApiInfo(
+            resource=lk_resource.ResourceDef(group, version, str(body.get("kind") or "")),
+            parent=lk_resource.ResourceDef(resource.group, resource.version, resource.kind),
+            plural=resource.plural,
+            verbs=["post"],
+            action=subresource,
+        )
+        base = GenericNamespacedStatus if resource.namespaced else GenericGlobalStatus
+        cls: Any = type(f"{resource.kind}{subresource.capitalize()}", (base,), {"_api_info": info})
+        ns = self._namespace(resource, namespace)
+        with _errors():
+            answer = await self._lk.create(cls(dict(body)), name, namespace=ns)
+        return _plain(answer)
+
     async def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> None:
         with _errors():
             await self._lk.delete(self._cls(resource), name, namespace=self._namespace(resource, namespace))
