@@ -97,7 +97,13 @@ def _default_container(container: dict[str, Any]) -> None:
     container.setdefault("imagePullPolicy", "IfNotPresent" if tagged or "@" in image else "Always")
     container.setdefault("terminationMessagePath", "/dev/termination-log")
     container.setdefault("terminationMessagePolicy", "File")
-    container.setdefault("resources", {})
+    resources = container.setdefault("resources", {})
+    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict) and resources["limits"]:
+        # Upstream's defaulting: a limit without a request is also the request.
+        requests = resources.setdefault("requests", {})
+        if isinstance(requests, dict):
+            for name, amount in resources["limits"].items():
+                requests.setdefault(name, amount)
     for port in _l(container.get("ports")):
         if isinstance(port, dict):
             port.setdefault("protocol", "TCP")

@@ -343,6 +343,10 @@ class Subresources:
                     "pods/binding", pod_name, reason=f'pod {pod_name} is already assigned to node "{current}"'
                 )
             pod.setdefault("spec", {})["nodeName"] = node
+            # As a 1.34+ API server does: the nomination is done once the pod is bound.
+            status = pod.get("status")
+            if isinstance(status, dict):
+                status.pop("nominatedNodeName", None)
             if annotations:
                 pod_meta.setdefault("annotations", {}).update(annotations)
             pod_meta.pop("resourceVersion", None)
