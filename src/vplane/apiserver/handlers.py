@@ -193,12 +193,37 @@ def decode_continue(token: str) -> tuple[int, str]:
     return rv, start
 
 
+class LabelMemo:
+    """The labels of stored values, remembered per (key, revision): a value never changes at a revision, so
+    a label-selected list decodes each object once, not once per request. Label selectors are how
+    controllers, ``kubectl -l`` and the resource proxy's owned mode (every list it forwards) read. Bounded:
+    the oldest entries go first."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._labels: dict[tuple[str, int], dict[str, str]] = {}
+
+    def of(self, kv: KeyValue) -> dict[str, str]:
+        key = (kv.key, kv.mod_revision)
+        found = self._labels.get(key)
+        if found is None:
+            metadata = codec.decode_kv(kv).get("metadata") or {}
+            found = metadata.get("labels") or {}
+            if not isinstance(found, dict):
+                found = {}
+            if len(self._labels) >= self.capacity:
+                del self._labels[next(iter(self._labels))]
+            self._labels[key] = found
+        return found
+
+
 class ResourceHandlers:
     def __init__(self, server: APIServer) -> None:
         self.server = server
         self.objects = server.objects
         self.cache = server.cache
         self.settings = server.settings
+        self.label_memo = LabelMemo()
 
     # -- selectors -------------------------------------------------------------------------------
 
@@ -236,6 +261,12 @@ class ResourceHandlers:
         if label_sel.empty and field_sel.empty:
             for kv in kvs:
                 yield kv, None
+            return
+        if field_sel.empty:
+            memo = self.label_memo
+            for kv in kvs:
+                if label_sel.matches(memo.of(kv)):
+                    yield kv, None
             return
         watcher = Watcher("", labels=label_sel, fields=field_sel, field_values=self.field_values(rtype))
         for kv in kvs:
