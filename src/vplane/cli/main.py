@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from vplane.cli import node
 from vplane.cli.options import (
     DataDirLock,
     build_settings,
@@ -17,6 +18,7 @@ from vplane.cli.options import (
     private_process,
     run_until_signalled,
 )
+from vplane.runtime import resolver
 from vplane.support import logging as vlogging
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ def main(log_level: str | None) -> None:
     """vplane: tenant clusters, a platform that connects them, and the API server they stand on."""
     faulthandler.enable()  # a crash in a native extension leaves a Python traceback in the log
     vlogging.configure(log_level)
+    resolver.install()  # in a pod of the node runtime: Service names from its hosts file (no-op elsewhere)
 
 
 @main.command()
@@ -415,6 +418,9 @@ def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_fil
         failure=_store_failure(runner.platform.api.store),
     )
 
+
+main.add_command(node.kubelet)
+main.add_command(node.cluster)
 
 if __name__ == "__main__":
     main()
