@@ -43,6 +43,7 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The PATH Docker images commonly set; an image's processes search it (then the catalogue's ``path``)."""
 
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_REGISTRY = re.compile(r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-fA-F0-9]{32,}$")
 
@@ -91,7 +92,8 @@ def parse_image(reference: str) -> ImageRef:
     if registry == DEFAULT_REGISTRY and len(parts) == 1:
         parts = ["library", *parts]
     bad = (
-        not parts
+        not _REGISTRY.match(registry)
+        or not parts
         or any(not _COMPONENT.match(p) for p in parts)
         or (tag and not _TAG.match(tag))
         or (digest and not _DIGEST.match(digest))
