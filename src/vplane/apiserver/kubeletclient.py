@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
@@ -106,8 +107,9 @@ def _dial_error(url: str, host: str, port: int, exc: BaseException) -> str:
         return f'Get "{url}": remote error: tls: handshake failure'
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return f'Get "{url}": dial tcp {target}: i/o timeout'
-    os_error = getattr(exc, "os_error", None)
-    text = (getattr(os_error, "strerror", None) or str(exc)).lower()
+    os_error = getattr(exc, "os_error", exc)
+    number = getattr(os_error, "errno", None)
+    text = os.strerror(number).lower() if isinstance(number, int) and number > 0 else str(exc).lower()
     return f'Get "{url}": dial tcp {target}: connect: {text}'
 
 

@@ -482,7 +482,10 @@ def kubelet_answer(code: int, body: str, resource: str, name: str) -> StatusErro
         403: ("Forbidden", body),
         404: ("NotFound", "the server could not find the requested resource"),
         409: ("Conflict", "the server reported a conflict"),
-        429: ("TooManyRequests", "the server has received too many requests and has asked us to try again later"),
+        429: (
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        ),
     }
     reason, message = reasons.get(
         code,

@@ -1,9 +1,12 @@
 """Events as the kubelet records them: core/v1 Events from ``kubelet`` on this node, aggregated.
 
-Recording never blocks the caller: events queue and one task writes them. An event identical to one
-written in the last ten minutes (same object, field path, type, reason and message) updates that event's
-``count`` and ``lastTimestamp`` instead of creating another, as client-go's event correlator does, so
-``kubectl describe`` shows ``(x5 over 2m)``. A full queue drops events (they are advisory).
+Recording never blocks the caller. An event identical to one written in the last ten minutes (same
+object, field path, type, reason and message) updates that event's ``count`` and ``lastTimestamp``
+instead of creating another, as client-go's event correlator does, so ``kubectl describe`` shows
+``(x5 over 2m)``; repeats that arrive while the event waits to be written are folded into one write.
+Each object may record 25 events at once and one more every five minutes after that (client-go's spam
+filter), so a pod stuck in a back-off loop cannot flood the API server. Events are advisory: when too
+many distinct ones wait, new ones are dropped.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -27,7 +30,12 @@ log = structlog.get_logger("vplane.runtime.events")
 EVENTS = Resource("v1", "Event", "events", namespaced=True)
 AGGREGATE_WINDOW_SECONDS = 600.0
 MAX_REMEMBERED = 4096
-QUEUE_LIMIT = 10_000
+MAX_PENDING = 4096
+SPAM_BURST = 25
+SPAM_REFILL_SECONDS = 300.0
+WRITERS = 4
+
+Key = tuple[str, str, str, str, str]
 
 
 @dataclass
@@ -35,8 +43,47 @@ class _Seen:
     name: str
     namespace: str
     count: int
-    first: str
     last_seen: float
+
+
+@dataclass
+class _Pending:
+    involved: Obj
+    type: str
+    reason: str
+    message: str
+    namespace: str
+    times: int = 1
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    updated: float
+
+
+@dataclass
+class SpamFilter:
+    """A token bucket per object: ``burst`` events, then one per ``refill`` seconds."""
+
+    burst: int = SPAM_BURST
+    refill: float = SPAM_REFILL_SECONDS
+    clock: Callable[[], float] = time.monotonic
+    _buckets: OrderedDict[str, _Bucket] = field(default_factory=OrderedDict)
+
+    def allow(self, key: str) -> bool:
+        now = self.clock()
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(float(self.burst), now)
+            while len(self._buckets) > MAX_REMEMBERED:
+                self._buckets.popitem(last=False)
+        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.updated) / self.refill)
+        bucket.updated = now
+        if bucket.tokens < 1:
+            return False
+        bucket.tokens -= 1
+        return True
 
 
 class EventRecorder:
@@ -44,8 +91,13 @@ class EventRecorder:
         self.client = client
         self.node_name = node_name
         self.clock = clock
-        self._queue: asyncio.Queue[tuple[Obj, str, str, str, str]] = asyncio.Queue(QUEUE_LIMIT)
-        self._seen: OrderedDict[tuple[str, ...], _Seen] = OrderedDict()
+        self.spam = SpamFilter()
+        self._pending: OrderedDict[Key, _Pending] = OrderedDict()
+        self._busy: set[Key] = set()
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._seen: OrderedDict[Key, _Seen] = OrderedDict()
         self._seq = 0
 
     def pod_event(self, pod: Obj, type_: str, reason: str, message: str, field_path: str = "") -> None:
@@ -67,42 +119,65 @@ class EventRecorder:
         self._put(involved, type_, reason, message, "default")
 
     def _put(self, involved: Obj, type_: str, reason: str, message: str, namespace: str) -> None:
-        try:
-            self._queue.put_nowait((involved, type_, reason, message, namespace))
-        except asyncio.QueueFull:
-            log.warning("event queue full; event dropped", reason=reason)
+        key: Key = (str(involved.get("uid")), str(involved.get("fieldPath", "")), type_, reason, message)
+        waiting = self._pending.get(key)
+        if waiting is not None:
+            waiting.times += 1  # folded into the write already waiting
+            return
+        if not self.spam.allow(str(involved.get("uid"))):
+            return
+        if len(self._pending) >= MAX_PENDING:
+            log.warning("too many events waiting; event dropped", reason=reason)
+            return
+        self._pending[key] = _Pending(involved, type_, reason, message, namespace)
+        self._idle.clear()
+        self._ready.set()
+
+    def _next(self) -> tuple[Key, _Pending] | None:
+        for key in self._pending:
+            if key not in self._busy:
+                return key, self._pending.pop(key)
+        return None
 
     async def run(self) -> None:
+        """Write events with a few concurrent writers (never two for one event). Cancel to stop."""
+        async with asyncio.TaskGroup() as group:
+            for _ in range(WRITERS):
+                group.create_task(self._writer())
+
+    async def _writer(self) -> None:
         while True:
-            involved, type_, reason, message, namespace = await self._queue.get()
+            item = self._next()
+            if item is None:
+                if not self._busy:
+                    self._idle.set()
+                self._ready.clear()
+                await self._ready.wait()
+                continue
+            key, pending = item
+            self._busy.add(key)
             try:
-                await self._write(involved, type_, reason, message, namespace)
+                await self._write(key, pending)
             except (StatusError, TransportError) as exc:
-                log.debug("event not written", reason=reason, error=str(exc))
+                log.debug("event not written", reason=pending.reason, error=str(exc))
             except Exception:
-                log.exception("event not written", reason=reason)
+                log.exception("event not written", reason=pending.reason)
             finally:
-                self._queue.task_done()
+                self._busy.discard(key)
+                self._ready.set()
 
     async def flush(self, seconds: float = 2.0) -> None:
-        """Give queued events a moment to be written (on shutdown)."""
+        """Give waiting events a moment to be written (on shutdown)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
-                await self._queue.join()
+                await self._idle.wait()
 
-    async def _write(self, involved: Obj, type_: str, reason: str, message: str, namespace: str) -> None:
+    async def _write(self, key: Key, pending: _Pending) -> None:
         now = self.clock()
         stamp = rfc3339(now)
-        key = (
-            str(involved.get("uid")),
-            str(involved.get("fieldPath", "")),
-            type_,
-            reason,
-            message,
-        )
         seen = self._seen.get(key)
         if seen is not None and now - seen.last_seen <= AGGREGATE_WINDOW_SECONDS:
-            seen.count += 1
+            seen.count += pending.times
             seen.last_seen = now
             self._seen.move_to_end(key)
             try:
@@ -119,24 +194,24 @@ class EventRecorder:
                     raise
                 # Deleted meanwhile (a namespace went away, or events expired): record it afresh.
         self._seq += 1
-        name = f"{involved.get('name')}.{time.time_ns() + self._seq:x}"
+        name = f"{pending.involved.get('name')}.{time.time_ns() + self._seq:x}"
         event: Obj = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": involved,
-            "reason": reason,
-            "message": message,
+            "metadata": {"name": name, "namespace": pending.namespace},
+            "involvedObject": pending.involved,
+            "reason": pending.reason,
+            "message": pending.message,
             "source": {"component": "kubelet", "host": self.node_name},
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
-            "count": 1,
-            "type": type_,
+            "count": pending.times,
+            "type": pending.type,
             "reportingComponent": "kubelet",
             "reportingInstance": self.node_name,
         }
-        await self.client.create(EVENTS, event, namespace=namespace)
-        self._seen[key] = _Seen(name, namespace, 1, stamp, now)
+        await self.client.create(EVENTS, event, namespace=pending.namespace)
+        self._seen[key] = _Seen(name, pending.namespace, pending.times, now)
         self._seen.move_to_end(key)
         while len(self._seen) > MAX_REMEMBERED:
             self._seen.popitem(last=False)

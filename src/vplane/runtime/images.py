@@ -43,7 +43,9 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The PATH Docker images commonly set; an image's processes search it (then the catalogue's ``path``)."""
 
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_REGISTRY = re.compile(r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$")
+_REGISTRY = re.compile(
+    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$"
+)
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-fA-F0-9]{32,}$")
 
@@ -182,7 +184,7 @@ def builtin_entries(vplane_image: str, python: str = sys.executable) -> list[Ima
         ImageEntry(
             name=normalize_name("python"),
             cmd=("python3",),
-            env={"PATH": DEFAULT_PATH},
+            env=vplane_env,
             requires=(python,),
             aliases={"python": (python,), "python3": (python,)},
         ),
