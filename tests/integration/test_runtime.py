@@ -10,6 +10,7 @@ process of its pods may be left.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -207,6 +208,10 @@ def pod(
     )
 
 
+def apply(k: Kubectl, ns: str, manifest: str) -> None:
+    k.run("apply", "-n", ns, "-f", "-", input=manifest)
+
+
 def row(k: Kubectl, ns: str, name: str) -> tuple[str, str, str]:
     """READY, STATUS and RESTARTS as ``kubectl get pods`` prints them."""
     out = k.run("get", "pod", name, "-n", ns, "--no-headers", check=False).out.split()
@@ -338,7 +343,7 @@ def test_every_status_column_as_kubectl_prints_it(
         ),
     ]
     for manifest in manifests:
-        kk.run("apply", "-n", ns, "-f", "-", input=manifest)
+        apply(kk, ns, manifest)
     assert wait_status(kk, ns, "pending", "Pending")[0] == "0/1"
     assert wait_status(kk, ns, "running", "Running", "1/1")
     assert wait_status(kk, ns, "completed", "Completed", "0/1")
@@ -386,15 +391,10 @@ def test_every_status_column_as_kubectl_prints_it(
         'Back-off pulling image "nginx:1.27": ErrImagePull: image "docker.io/library/nginx:1.27" not found in the '
         "node's image catalogue"
     )
-    kk.run(
-        "apply",
-        "-n",
+    apply(
+        kk,
         ns,
-        "-f",
-        "-",
-        input=pod(
-            "terminating", "trap '' TERM; while true; do sleep 0.1; done", terminationGracePeriodSeconds=3
-        ),
+        pod("terminating", "trap '' TERM; while true; do sleep 0.1; done", terminationGracePeriodSeconds=3),
     )
     wait_status(kk, ns, "terminating", "Running", "1/1")
     kk.run("delete", "pod", "terminating", "-n", ns, "--wait=false")
@@ -406,9 +406,9 @@ def test_every_status_column_as_kubectl_prints_it(
 
 
 def test_describe_shows_the_kubelets_events(cluster: Cluster, k: Kubectl, ns: str) -> None:
-    k.run("apply", "-n", ns, "-f", "-", input=pod("crash", "exit 1"))
-    k.run("apply", "-n", ns, "-f", "-", input=pod("nopull", None, image="nginx:1.27"))
-    k.run("apply", "-n", ns, "-f", "-", input=pod("tagged", "sleep 60", image="busybox:1.36"))
+    apply(k, ns, pod("crash", "exit 1"))
+    apply(k, ns, pod("nopull", None, image="nginx:1.27"))
+    apply(k, ns, pod("tagged", "sleep 60", image="busybox:1.36"))
     wait_until(lambda: any(r == "BackOff" for _, r, _ in events(k, ns, "crash")), "a back-off event")
     crash = events(k, ns, "crash")
     assert ("Normal", "Pulling", 'Pulling image "busybox"') in crash  # imagePullPolicy Always for :latest
@@ -482,15 +482,10 @@ def test_logs_follow_tail_timestamps_previous_and_prefix(
     cluster: Cluster, k: Kubectl, ns: str, version: str, kubectl132_path: str, tmp_path: Path
 ) -> None:
     kk = k if version == "1.36" else kubectl_for(cluster, kubectl132_path, tmp_path)
-    kk.run(
-        "apply",
-        "-n",
+    apply(
+        kk,
         ns,
-        "-f",
-        "-",
-        input=pod(
-            "counter", "for i in 1 2 3 4 5; do echo line $i; done; echo oops >&2", restartPolicy="Never"
-        ),
+        pod("counter", "for i in 1 2 3 4 5; do echo line $i; done; echo oops >&2", restartPolicy="Never"),
     )
     wait_status(kk, ns, "counter", "Completed")
     assert kk.run("logs", "counter", "-n", ns).out == "line 1\nline 2\nline 3\nline 4\nline 5\noops\n"
@@ -500,30 +495,24 @@ def test_logs_follow_tail_timestamps_previous_and_prefix(
     assert stamped[0].endswith("Z line 1") and stamped[0][:4].isdigit()
     assert kk.run("logs", "counter", "-n", ns, "--since=1h").out.startswith("line 1\n")
     # follow: lines as they come, until the container ends
-    kk.run(
-        "apply",
-        "-n",
+    apply(
+        kk,
         ns,
-        "-f",
-        "-",
-        input=pod("slow", "for i in 1 2 3; do echo tick $i; sleep 0.3; done", restartPolicy="Never"),
+        pod("slow", "for i in 1 2 3; do echo tick $i; sleep 0.3; done", restartPolicy="Never"),
     )
     wait_status(kk, ns, "slow", "Running")
     followed = kk.run("logs", "-f", "slow", "-n", ns, timeout=30)
     assert followed.out.endswith("tick 3\n") and "tick 1\n" in followed.out
     # previous: the instance before the current one
-    kk.run("apply", "-n", ns, "-f", "-", input=pod("crasher", "echo run at $(date +%s%N); exit 1"))
+    apply(kk, ns, pod("crasher", "echo run at $(date +%s%N); exit 1"))
     wait_until(lambda: row(kk, ns, "crasher")[2][:1] not in ("", "0"), "a restart")
     assert kk.run("logs", "crasher", "-n", ns, "--previous").out.startswith("run at ")
     # several pods, each line prefixed with its pod and container
     for name in ("web-a", "web-b"):
-        kk.run(
-            "apply",
-            "-n",
+        apply(
+            kk,
             ns,
-            "-f",
-            "-",
-            input=pod(name, f"echo hello from {name}; sleep 60", labels={"app": "web"}),
+            pod(name, f"echo hello from {name}; sleep 60", labels={"app": "web"}),
         )
     for name in ("web-a", "web-b"):
         wait_status(kk, ns, name, "Running")
@@ -539,13 +528,10 @@ def test_logs_follow_tail_timestamps_previous_and_prefix(
 
 def test_logs_of_a_deployment_and_of_containers_by_name(cluster: Cluster, k: Kubectl, ns: str) -> None:
     """``kubectl logs deploy/x`` takes a pod of the Deployment's selector; ``-c`` picks a container."""
-    k.run(
-        "apply",
-        "-n",
+    apply(
+        k,
         ns,
-        "-f",
-        "-",
-        input=json.dumps(
+        json.dumps(
             {
                 "apiVersion": "apps/v1",
                 "kind": "Deployment",
@@ -567,7 +553,7 @@ def test_logs_of_a_deployment_and_of_containers_by_name(cluster: Cluster, k: Kub
     manifest["spec"]["containers"].append(
         {"name": "sidecar", "image": "busybox", "command": ["sh", "-c", "echo side; sleep 60"]}
     )
-    k.run("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
+    apply(k, ns, json.dumps(manifest))
     wait_status(k, ns, "loft-1", "Running", "2/2")
     wait_until(
         lambda: k.run("logs", "deploy/loft", "-n", ns, "-c", "agent", check=False).out == "agent started\n",
@@ -586,21 +572,18 @@ def test_logs_of_a_deployment_and_of_containers_by_name(cluster: Cluster, k: Kub
 
 
 def test_log_errors_are_the_kubelets(cluster: Cluster, k: Kubectl, ns: str) -> None:
-    k.run("apply", "-n", ns, "-f", "-", input=pod("nopull", None, image="nginx:1.27"))
-    k.run(
-        "apply",
-        "-n",
+    apply(k, ns, pod("nopull", None, image="nginx:1.27"))
+    apply(
+        k,
         ns,
-        "-f",
-        "-",
-        input=pod(
+        pod(
             "creating",
             "sleep 60",
             volumes=[{"name": "cfg", "configMap": {"name": "gone"}}],
             container_fields={"volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}]},
         ),
     )
-    k.run("apply", "-n", ns, "-f", "-", input=pod("running", "sleep 60"))
+    apply(k, ns, pod("running", "sleep 60"))
     wait_status(k, ns, "nopull", "ImagePullBackOff")
     wait_status(k, ns, "creating", "ContainerCreating")
     wait_status(k, ns, "running", "Running")
@@ -611,7 +594,9 @@ def test_log_errors_are_the_kubelets(cluster: Cluster, k: Kubectl, ns: str) -> N
         wanted = (
             f'Error from server (BadRequest): container "main" in pod "nopull" is waiting to start: {text}'
         )
-        wait_until(lambda: wanted in k.fails("logs", "nopull", "-n", ns).stderr, wanted, interval=0.1)
+        wait_until(
+            lambda wanted=wanted: wanted in k.fails("logs", "nopull", "-n", ns).stderr, wanted, interval=0.1
+        )
     assert (
         'Error from server (BadRequest): container "main" in pod "creating" is waiting to start: ContainerCreating'
         in k.fails("logs", "creating", "-n", ns).stderr
@@ -671,7 +656,7 @@ def test_logs_of_a_node_whose_kubelet_cannot_be_reached(cluster: Cluster, k: Kub
                 },
             }
             k.run("create", "-f", "-", input=json.dumps(node))
-            k.run("apply", "-n", ns, "-f", "-", input=pod(name, "sleep 60", node=f"{name}-{ns}"))
+            apply(k, ns, pod(name, "sleep 60", node=f"{name}-{ns}"))
         url = f"https://127.0.0.1:{closed_port}/containerLogs/{ns}/ghost-closed/main"
         assert (
             f'Error from server: Get "{url}": dial tcp 127.0.0.1:{closed_port}: connect: connection refused'
@@ -696,7 +681,7 @@ def test_the_kubelet_api_authenticates_and_authorizes_callers(cluster: Cluster, 
     ]["Port"]
     pki = cluster.directory / "apiserver" / "pki"
     ca = tls.CertPair.read(pki / "ca.crt", pki / "ca.key")
-    k.run("apply", "-n", ns, "-f", "-", input=pod("hello", "echo hi; sleep 60"))
+    apply(k, ns, pod("hello", "echo hi; sleep 60"))
     wait_status(k, ns, "hello", "Running")
     url = f"https://127.0.0.1:{port}/containerLogs/{ns}/hello/main"
 
@@ -740,7 +725,7 @@ def test_a_readiness_probe_turns_the_pod_not_ready_and_back(cluster: Cluster, k:
             },
         },
     )
-    k.run("apply", "-n", ns, "-f", "-", input=manifest)
+    apply(k, ns, manifest)
     wait_status(k, ns, "flaky", "Running", "0/1")
     uid = pod_json(k, ns, "flaky")["metadata"]["uid"]
     flag = cluster.node_dir / "pods" / uid / "volumes" / "flags" / "ready"
@@ -777,31 +762,55 @@ def test_a_failing_liveness_probe_restarts_the_container(cluster: Cluster, k: Ku
             }
         },
     )
-    k.run("apply", "-n", ns, "-f", "-", input=manifest)
+    apply(k, ns, manifest)
     wait_until(lambda: row(k, ns, "sick")[2][:1] not in ("", "0"), "a restart after failed liveness probes")
     seen = events(k, ns, "sick")
     assert ("Warning", "Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 500") in seen
     assert ("Normal", "Killing", "Container main failed liveness probe, will be restarted") in seen
 
 
-def test_graceful_deletion_sends_sigterm_then_sigkill(cluster: Cluster, k: Kubectl, ns: str) -> None:
-    k.run(
-        "apply",
-        "-n",
-        ns,
-        "-f",
-        "-",
-        input=pod("polite", "trap 'echo bye; exit 0' TERM; while true; do sleep 0.1; done"),
+def test_a_startup_probe_holds_the_other_probes_back(cluster: Cluster, k: Kubectl, ns: str) -> None:
+    flag_check = 'test -f "$VPLANE_MOUNT_FLAGS/started"'
+    manifest = pod(
+        "slowstart",
+        "sleep 600",
+        volumes=[{"name": "flags", "emptyDir": {}}],
+        container_fields={
+            "volumeMounts": [{"name": "flags", "mountPath": "/flags"}],
+            "startupProbe": {"exec": {"command": ["sh", "-c", flag_check]}, "periodSeconds": 1},
+            "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1},
+        },
     )
-    k.run(
-        "apply",
-        "-n",
+    apply(k, ns, manifest)
+    wait_status(k, ns, "slowstart", "Running", "0/1")
+    time.sleep(1.5)  # several readiness periods: none may run before the startup probe succeeds
+    status = pod_json(k, ns, "slowstart")["status"]["containerStatuses"][0]
+    assert (status["started"], status["ready"]) == (False, False)
+    uid = pod_json(k, ns, "slowstart")["metadata"]["uid"]
+    (cluster.node_dir / "pods" / uid / "volumes" / "flags" / "started").write_text("")
+    wait_status(k, ns, "slowstart", "Running", "1/1")
+    assert pod_json(k, ns, "slowstart")["status"]["containerStatuses"][0]["started"] is True
+
+
+def test_graceful_deletion_sends_sigterm_then_sigkill(
+    cluster: Cluster, k: Kubectl, ns: str, tmp_path: Path
+) -> None:
+    hooks = tmp_path / "hooks"
+    lifecycle = {
+        "postStart": {"exec": {"command": ["sh", "-c", 'echo started > "$VPLANE_MOUNT_HOOKS/poststart"']}},
+        "preStop": {"exec": {"command": ["sh", "-c", 'echo stopping > "$VPLANE_MOUNT_HOOKS/prestop"']}},
+    }
+    polite = pod(
+        "polite",
+        "trap 'echo bye; exit 0' TERM; while true; do sleep 0.1; done",
+        volumes=[{"name": "hooks", "hostPath": {"path": str(hooks), "type": "DirectoryOrCreate"}}],
+        container_fields={"volumeMounts": [{"name": "hooks", "mountPath": "/hooks"}], "lifecycle": lifecycle},
+    )
+    apply(k, ns, polite)
+    apply(
+        k,
         ns,
-        "-f",
-        "-",
-        input=pod(
-            "stubborn", "trap '' TERM; while true; do sleep 0.1; done", terminationGracePeriodSeconds=2
-        ),
+        pod("stubborn", "trap '' TERM; while true; do sleep 0.1; done", terminationGracePeriodSeconds=2),
     )
     wait_status(k, ns, "polite", "Running")
     wait_status(k, ns, "stubborn", "Running")
@@ -814,6 +823,8 @@ def test_graceful_deletion_sends_sigterm_then_sigkill(cluster: Cluster, k: Kubec
         lambda: k.run("get", "pod", "polite", "-n", ns, check=False).code != 0, "the polite pod is gone"
     )
     assert log.exists() is False or "bye" in log.read_text()
+    assert (hooks / "poststart").read_text() == "started\n"
+    assert (hooks / "prestop").read_text() == "stopping\n"
     wait_until(
         lambda: k.run("get", "pod", "stubborn", "-n", ns, check=False).code != 0,
         "the stubborn pod is killed and gone",
@@ -823,7 +834,7 @@ def test_graceful_deletion_sends_sigterm_then_sigkill(cluster: Cluster, k: Kubec
 
 
 def test_a_pod_force_deleted_is_killed_at_once(cluster: Cluster, k: Kubectl, ns: str) -> None:
-    k.run("apply", "-n", ns, "-f", "-", input=pod("victim", "trap '' TERM; while true; do sleep 0.1; done"))
+    apply(k, ns, pod("victim", "trap '' TERM; while true; do sleep 0.1; done"))
     wait_status(k, ns, "victim", "Running")
     uid = pod_json(k, ns, "victim")["metadata"]["uid"]
     k.run("delete", "pod", "victim", "-n", ns, "--grace-period=0", "--force")
@@ -914,13 +925,10 @@ def test_two_pods_bind_the_same_port_and_a_service_reaches_them(
 ) -> None:
     probe = {"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}
     for name in ("web-1", "web-2"):
-        k.run(
-            "apply",
-            "-n",
+        apply(
+            k,
             ns,
-            "-f",
-            "-",
-            input=pod(
+            pod(
                 name,
                 ["python", "-c", SERVER],
                 image="python:3.11",
@@ -933,13 +941,10 @@ def test_two_pods_bind_the_same_port_and_a_service_reaches_them(
     ips = {name: pod_json(k, ns, name)["status"]["podIP"] for name in ("web-1", "web-2")}
     assert ips["web-1"] != ips["web-2"]
     assert {_get(f"http://{ip}:8080/") for ip in ips.values()} == {"web-1", "web-2"}
-    k.run(
-        "apply",
-        "-n",
+    apply(
+        k,
         ns,
-        "-f",
-        "-",
-        input=json.dumps(
+        json.dumps(
             {
                 "apiVersion": "v1",
                 "kind": "Service",
@@ -961,7 +966,7 @@ def test_two_pods_bind_the_same_port_and_a_service_reaches_them(
         "metadata": {"name": "web"},
         "subsets": [{"addresses": [{"ip": ip} for ip in ips.values()], "ports": [{"port": 8080}]}],
     }
-    k.run("apply", "-n", ns, "-f", "-", input=json.dumps(endpoints))
+    apply(k, ns, json.dumps(endpoints))
     answers = wait_until(
         lambda: _answers(f"http://{cluster_ip}:80/", 6), "both pods answer through the ClusterIP"
     )
@@ -989,13 +994,10 @@ def test_a_pods_environment_volumes_and_service_names(cluster: Cluster, k: Kubec
     k.run("create", "secret", "generic", "creds", "-n", ns, "--from-literal=password=s3cret")
     k.run("create", "serviceaccount", "default", "-n", ns)
     k.run("create", "rolebinding", "view", "-n", ns, "--clusterrole=view", f"--serviceaccount={ns}:default")
-    k.run(
-        "apply",
-        "-n",
+    apply(
+        k,
         ns,
-        "-f",
-        "-",
-        input=json.dumps(
+        json.dumps(
             {
                 "apiVersion": "v1",
                 "kind": "Service",
@@ -1061,7 +1063,7 @@ def test_a_pods_environment_volumes_and_service_names(cluster: Cluster, k: Kubec
             ],
         },
     )
-    k.run("apply", "-n", ns, "-f", "-", input=manifest)
+    apply(k, ns, manifest)
     wait_status(k, ns, "env", "Completed", within=60)
     out = dict(line.split(" ", 1) for line in k.run("logs", "env", "-n", ns).out.splitlines())
     assert out["greeting"] == "hello blue s3cret env 250"
@@ -1109,3 +1111,59 @@ def test_cluster_start_prints_a_working_kubeconfig(cluster: Cluster) -> None:
     )
     assert "kubectl --kubeconfig" in cluster.log()
     assert oct(cluster.kubeconfig.stat().st_mode & 0o777) == "0o600"
+
+
+# -- the streams seam ------------------------------------------------------------------------------
+
+
+async def _read_until(session: Any, wanted: bytes, channel: int = 1) -> bytes:
+    seen = b""
+    async with asyncio.timeout(10):
+        while wanted not in seen:
+            frame = await session.read()
+            assert frame is not None, f"the session ended before {wanted!r}: {seen!r}"
+            if frame[0] == channel:
+                seen += frame[1]
+    return seen
+
+
+async def test_attach_and_exec_for_the_streams_handlers(tmp_path: Path) -> None:
+    """What exec/attach/port-forward build on: a container's own process reached through its shim (stdin,
+    output, terminal size), and commands run in its environment."""
+    from vplane.runtime.containers import ContainerProcess
+    from vplane.runtime.cri import EXIT, STDOUT, AttachSession, spawn_exec
+    from vplane.runtime.images import ImageCatalogue
+    from vplane.runtime.pods import ExecContext
+
+    env = {"PATH": os.environ["PATH"], "POD_IP": "127.10.0.42"}
+    cat = ContainerProcess(tmp_path / "cat", tmp_path / "logs" / "cat.log", "vplane://" + "a1" * 32)
+    cat.spawn(["/bin/cat"], env, tmp_path, stdin=True, stdin_once=True)
+    assert await cat.wait_started() is None and cat.running
+    session = await AttachSession.open(cat.attach_address)
+    await session.write_stdin(b"hello\n")
+    assert await _read_until(session, b"hello\n", STDOUT) == b"hello\n"
+    await session.close_stdin()  # stdinOnce: the container's stdin ends, and so does cat
+    ended = await _read_until(session, b"exitCode", EXIT)
+    assert json.loads(ended) == {"exitCode": 0}
+    await session.close()
+    assert (await cat.wait()).exit_code == 0
+    assert b" stdout F hello\n" in (tmp_path / "logs" / "cat.log").read_bytes()
+
+    shell = ContainerProcess(tmp_path / "sh", tmp_path / "logs" / "sh.log", "vplane://" + "b2" * 32)
+    shell.spawn(["/bin/sh"], env, tmp_path, tty=True, stdin=True)
+    assert await shell.wait_started() is None
+    session = await AttachSession.open(shell.attach_address)
+    await session.resize(100, 31)
+    await session.write_stdin(b"stty size; echo pod at $POD_IP\n")
+    output = await _read_until(session, b"pod at 127.10.0.42")
+    assert b"31 100" in output
+    await session.write_stdin(b"exit 3\n")
+    assert json.loads(await _read_until(session, b"exitCode", EXIT)) == {"exitCode": 3}
+    await session.close()
+    assert (await shell.wait()).exit_code == 3
+
+    pulled = ImageCatalogue.load("ghcr.io/vplane/vplane").pull("busybox")
+    context = ExecContext(pulled, env, tmp_path, "127.10.0.42")
+    exec_process = await spawn_exec(context, ["sh", "-c", "echo $POD_IP; pwd"], tty=False, stdin=False)
+    out, _ = await exec_process.process.communicate()
+    assert out.decode().split() == ["127.10.0.42", str(tmp_path)]

@@ -342,7 +342,8 @@ class PodWorker:
     async def _sandbox(self) -> bool:
         """The pod's address and volumes; False (with ``FailedMount``) while a volume cannot be set up."""
         if not self.ip:
-            self.ip = self.rt.allocate_ip(self.uid)
+            # hostNetwork pods share the node's address; the others get one of their own.
+            self.ip = self.rt.host_ip if self.spec.get("hostNetwork") else self.rt.allocate_ip(self.uid)
             self._save()
         now = time.time()
         if self.volumes is None:
@@ -939,7 +940,8 @@ class PodWorker:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        self.rt.release_ip(self.uid, self.ip)
+        if not self.spec.get("hostNetwork"):
+            self.rt.release_ip(self.uid, self.ip)
         self.rt.crash_backoff.forget_prefix(f"{self.uid}/")
         self.rt.image_backoff.forget_prefix(f"{self.uid}_")
         shutil.rmtree(self.dir, ignore_errors=True)
