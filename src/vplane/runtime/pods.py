@@ -111,6 +111,7 @@ class PodWorker:
         self.container_ids: dict[str, dict[str, int]] = {}
         """Each container's recent instances by container ID (which log file a container ID's output is in)."""
         self.running: dict[str, _Running] = {}
+        self.starting: dict[str, ContainerProcess] = {}
         self.kill_requests: dict[str, str] = {}
         self.terminal = False
         self.removed = False
@@ -574,7 +575,11 @@ class PodWorker:
                 stdin=bool(container.get("stdin")),
                 stdin_once=bool(container.get("stdinOnce")),
             )
-            failed = await process.wait_started()
+            self.starting[name] = process  # stopped with the others if the worker is stopped meanwhile
+            try:
+                failed = await process.wait_started()
+            finally:
+                self.starting.pop(name, None)
         if failed is not None:
             message = failed.start_error or "failed to start container process"
             events.pod_event(self.pod, "Warning", "Failed", f"Error: {message}", field_path)
@@ -888,7 +893,12 @@ class PodWorker:
     async def _kill_all(self, grace: float, reason: str) -> None:
         names = list(self.running)
         exits = [self.running[name].tasks[0] for name in names]  # each instance's exit watcher records it
-        await asyncio.gather(*(self._kill(name, grace, reason) for name in names))
+        starting = list(self.starting.values())
+        await asyncio.gather(
+            *(self._kill(name, grace, reason) for name in names),
+            *(stop_process(process, grace) for process in starting),
+            return_exceptions=True,
+        )
         await asyncio.gather(*exits, return_exceptions=True)
 
     def _check_terminal(self) -> None:
