@@ -117,35 +117,44 @@ class Cluster:
             self.proc = None
 
     def leftovers(self) -> list[tuple[int, str]]:
-        """Processes of this cluster's pods still alive: their environment names the node's directory, or
-        (shims) their command line does."""
-        marker = f"VPLANE_NODE_ROOT={self.node_dir}".encode()
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-                environ = (entry / "environ").read_bytes()
-                state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-            except OSError:
-                continue
-            if state == "Z":
-                continue
-            if marker in environ.split(b"\0") or str(self.node_dir).encode() in cmdline:
-                found.append((int(entry.name), cmdline.replace(b"\0", b" ").decode(errors="replace")[:200]))
-        return found
+        return processes_of(self.node_dir)
 
     def assert_no_leftovers(self) -> None:
-        deadline = time.monotonic() + 5
-        left = self.leftovers()
-        while left and time.monotonic() < deadline:
-            time.sleep(0.1)
-            left = self.leftovers()
-        for pid, _ in left:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        assert not left, f"processes left behind by the cluster: {left}"
+        assert_no_processes(self.node_dir)
+
+
+def processes_of(node_dir: Path) -> list[tuple[int, str]]:
+    """Processes of a node's pods still alive: their environment names the node's directory, or (shims)
+    their command line does."""
+    marker = f"VPLANE_NODE_ROOT={node_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state == "Z":
+            continue
+        if marker in environ.split(b"\0") or str(node_dir).encode() in cmdline:
+            found.append((int(entry.name), cmdline.replace(b"\0", b" ").decode(errors="replace")[:200]))
+    return found
+
+
+def assert_no_processes(node_dir: Path) -> None:
+    """No process of the node's pods may outlive it (those found are killed, and the test fails)."""
+    deadline = time.monotonic() + 5
+    left = processes_of(node_dir)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = processes_of(node_dir)
+    for pid, _ in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind by the node: {left}"
 
 
 def kubectl_for(cluster: Cluster, binary: str, tmp_path: Path) -> Kubectl:
@@ -1167,3 +1176,79 @@ async def test_attach_and_exec_for_the_streams_handlers(tmp_path: Path) -> None:
     exec_process = await spawn_exec(context, ["sh", "-c", "echo $POD_IP; pwd"], tty=False, stdin=False)
     out, _ = await exec_process.process.communicate()
     assert out.decode().split() == ["127.10.0.42", str(tmp_path)]
+
+
+def test_a_standalone_kubelet_joins_a_plain_api_server(
+    apiserver: Any, kubectl_path: str, tmp_path: Path
+) -> None:
+    """``vplane kubelet`` with a kubeconfig, against ``vplane apiserver``: the node registers and runs a
+    pod; the API server reads its logs only once the kubelet serves a certificate of the cluster's CA."""
+    from harness import APIServerProcess
+
+    assert isinstance(apiserver, APIServerProcess)
+    apiserver.start()
+    k = Kubectl(kubectl_path, apiserver.kubeconfig, tmp_path / "cache")
+    node_dir = tmp_path / "node"
+    node_dir.mkdir(mode=0o700)
+    ready = tmp_path / "node.ready"
+
+    def kubelet(*extra: str) -> subprocess.Popen[bytes]:
+        ready.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "vplane.cli.main", "kubelet", "--kubeconfig", str(apiserver.kubeconfig)]
+        cmd += ["--data-dir", str(node_dir), "--ready-file", str(ready), "--set", "node_name=solo", *extra]
+        with (tmp_path / "kubelet.log").open("ab") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(lambda: ready.exists() or proc.poll() is not None, "the kubelet is ready")
+        assert proc.poll() is None, (tmp_path / "kubelet.log").read_text()
+        return proc
+
+    proc = kubelet()  # a self-signed serving certificate
+    try:
+        wait_until(lambda: "solo   Ready" in k.run("get", "nodes").out, "the node is Ready")
+        apply(k, "default", pod("hello", "echo hi; sleep 60", node="solo"))
+        wait_status(k, "default", "hello", "Running")
+        refused = k.fails("logs", "hello").stderr
+        assert "tls: failed to verify certificate: x509: certificate signed by unknown authority" in refused
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    ca = tls.CertPair.read(apiserver.data_dir / "pki" / "ca.crt", apiserver.data_dir / "pki" / "ca.key")
+    tls.issue_serving(ca, ["127.0.0.1", "solo"]).write(tmp_path / "kubelet.crt", tmp_path / "kubelet.key")
+    proc = kubelet(
+        "--set",
+        f"tls_cert_file={tmp_path / 'kubelet.crt'}",
+        "--set",
+        f"tls_key_file={tmp_path / 'kubelet.key'}",
+    )
+    try:
+        wait_status(k, "default", "hello", "Running")
+        wait_until(
+            lambda: k.run("logs", "hello", check=False).out == "hi\n", "the logs through the verified kubelet"
+        )
+        k.run("delete", "pod", "hello")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert_no_processes(node_dir)
+
+
+def test_a_failing_init_container_backs_off(cluster: Cluster, k: Kubectl, ns: str) -> None:
+    apply(
+        k,
+        ns,
+        pod(
+            "initloop",
+            "sleep 60",
+            initContainers=[{"name": "init", "image": "busybox", "command": ["false"]}],
+        ),
+    )
+    wait_status(k, ns, "initloop", "Init:CrashLoopBackOff", "0/1")
+    status = pod_json(k, ns, "initloop")["status"]
+    init = status["initContainerStatuses"][0]
+    assert init["lastState"]["terminated"]["exitCode"] == 1
+    assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+    initialized = next(c for c in status["conditions"] if c["type"] == "Initialized")
+    assert (initialized["reason"], initialized["message"]) == (
+        "ContainersNotInitialized",
+        "containers with incomplete status: [init]",
+    )

@@ -394,7 +394,8 @@ class PodWorker:
                 self.terminal = True
                 self._save()
                 return False
-            if ended is not None and not self._restart_allowed(name, state):
+            backing_off = state.waiting_reason == "CrashLoopBackOff"
+            if (ended is not None or backing_off) and not self._restart_allowed(name, state):
                 return False
             await self._start(container, state, init=True)
             return False
