@@ -15,7 +15,9 @@ class FakeAPI:
         self.created: list[dict[str, Any]] = []
         self.patches: list[tuple[str, dict[str, Any]]] = []
 
-    async def create(self, resource: Any, obj: dict[str, Any], *, namespace: str | None = None) -> dict[str, Any]:
+    async def create(
+        self, resource: Any, obj: dict[str, Any], *, namespace: str | None = None
+    ) -> dict[str, Any]:
         self.created.append(obj)
         return obj
 
@@ -46,7 +48,11 @@ async def test_an_event_is_recorded_as_the_kubelet_does() -> None:
         "fieldPath": "spec.containers{main}",
     }
     assert event["source"] == {"component": "kubelet", "host": "node-a"}
-    assert (event["reportingComponent"], event["reportingInstance"], event["count"]) == ("kubelet", "node-a", 1)
+    assert (event["reportingComponent"], event["reportingInstance"], event["count"]) == (
+        "kubelet",
+        "node-a",
+        1,
+    )
     assert event["firstTimestamp"] == event["lastTimestamp"] == "2027-01-15T08:00:00Z"
 
 
