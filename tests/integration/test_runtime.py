@@ -50,6 +50,8 @@ SHRUNK = {
     "stop_grace_period_seconds": 3,
     "volume_resync_seconds": 1,
     "status_batch_seconds": 0.02,
+    "volume_retry_seconds": 0.2,
+    "service_account_wait_seconds": 0,  # no ServiceAccount controller here: pods run without a token at once
 }
 
 
@@ -1252,3 +1254,27 @@ def test_a_failing_init_container_backs_off(cluster: Cluster, k: Kubectl, ns: st
         "ContainersNotInitialized",
         "containers with incomplete status: [init]",
     )
+
+
+def test_a_pod_waits_for_its_service_account_token(
+    own_cluster: Cluster, kubectl_path: str, tmp_path: Path
+) -> None:
+    """Without admission refusing the pod, a pod created before its ServiceAccount waits for the token
+    (``FailedMount``), then runs with in-cluster credentials (with ``service_account_wait_seconds`` 0, as in
+    the other tests, it runs at once without them)."""
+    own_cluster.settings["service_account_wait_seconds"] = 60
+    own_cluster.start()
+    k = kubectl_for(own_cluster, kubectl_path, tmp_path)
+    k.run("create", "namespace", "late")
+    apply(k, "late", pod("client", 'echo "kubeconfig=${KUBECONFIG:-none}"; sleep 60'))
+    wait_until(
+        lambda: any(
+            r == "FailedMount" and 'serviceaccounts "default" not found' in m
+            for _, r, m in events(k, "late", "client")
+        ),
+        "the pod waits for its token",
+    )
+    assert row(k, "late", "client")[1] == "ContainerCreating"
+    k.run("create", "serviceaccount", "default", "-n", "late")
+    wait_status(k, "late", "client", "Running")
+    assert k.run("logs", "client", "-n", "late").out.startswith("kubeconfig=/")

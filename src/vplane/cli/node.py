@@ -90,15 +90,17 @@ def cluster() -> None:
     """An embedded cluster whose pods run on this machine."""
 
 
-def _controller_manager() -> Any:
-    """LEAD: connect the controller manager here. The kube-controller-manager analogue
-    (``vplane.cli.controller_manager``, issue 9) runs beside the API server once it is on this branch;
-    until then the cluster has no Deployment, ReplicaSet or Endpoints controllers."""
+def _controller_manager(settings: Any) -> Any:
+    """LEAD: the controller manager's call site. The kube-controller-manager analogue
+    (``vplane.cli.controller_manager``, issue 9) runs beside the API server as ``vplane apiserver`` runs it,
+    honouring the same ``controller_manager`` settings, once it is merged; until then the cluster has no
+    Deployment, ReplicaSet, Endpoints or ServiceAccount controllers (and this returns None)."""
     try:
         module = importlib.import_module("vplane.cli.controller_manager")
     except ImportError:
         return None
-    return module.apiserver_controller_manager(True, {})
+    enabled = getattr(settings, "controller_manager", True)
+    return module.apiserver_controller_manager(enabled, getattr(settings, "controller_manager_settings", {}))
 
 
 @cluster.command("start")
@@ -169,7 +171,7 @@ def cluster_start(
     claim_private_dir(data_dir)
     lock = DataDirLock(data_dir).acquire()
     server = APIServer(api_settings)
-    kcm = _controller_manager()
+    kcm = _controller_manager(api_settings)
     kubeconfig = data_dir / "kubeconfig.yaml"
     holder: dict[str, NodeRuntime] = {}
 

@@ -409,6 +409,7 @@ class NodeRuntime:
             allocatable=self.allocatable,
             host_ip=self.host_ip,
             pod_ip=ip,
+            token_wait=self.settings.service_account_wait_seconds,
         )
 
     def catalogue_has(self, image: str) -> bool:

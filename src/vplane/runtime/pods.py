@@ -360,9 +360,7 @@ class PodWorker:
             await self.volumes.setup(self.pod)
         except MountError as exc:
             self.rt.events.pod_event(self.pod, "Warning", "FailedMount", str(exc))
-            self._wake_at(
-                now + min(self.rt.settings.volume_resync_seconds, 2.0 * self.rt.settings.pod_resync_seconds)
-            )
+            self._wake_at(now + self.rt.settings.volume_retry_seconds)
             return self.sandbox_ready
         for warning in self.volumes.warnings:
             self.rt.events.pod_event(self.pod, "Warning", "FailedMount", warning)

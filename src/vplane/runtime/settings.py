@@ -85,6 +85,11 @@ class RuntimeSettings(BaseModel):
     volume_resync_seconds: float = Field(default=60.0, gt=0)
     """Secret, ConfigMap and downward API volumes are rewritten this often when their source changed (the
     kubelet's sync period)."""
+    volume_retry_seconds: float = Field(default=1.0, gt=0)
+    """A volume that could not be set up (a missing ConfigMap or Secret) is tried again this often."""
+    service_account_wait_seconds: float = Field(default=10.0, ge=0)
+    """A pod whose service account has no token yet (its ServiceAccount not created yet) waits this long
+    for it, as ``ContainerCreating`` with ``FailedMount``, then runs without in-cluster credentials."""
     token_expiration_seconds: int = Field(default=3607, ge=600)
     """Service-account tokens are requested for this long and renewed at 80% of their life."""
 

@@ -221,6 +221,9 @@ class PodVolumes:
     warnings: list[str] = field(default_factory=list)
     """Problems that do not stop the pod (an implicit service-account token that could not be issued)."""
     clock: Callable[[], float] = time.time
+    token_wait: float = 0.0
+    """How long a pod waits for its implicit service-account token before it runs without one."""
+    first_setup: float = field(default_factory=time.time)
 
     @property
     def root(self) -> Path:
@@ -365,6 +368,8 @@ class PodVolumes:
                 try:
                     token = await self._token(pod, namespace, IMPLICIT_TOKEN_VOLUME, {})
                 except MountError as exc:
+                    if self.clock() - self.first_setup < self.token_wait:
+                        raise  # the ServiceAccount may be about to be created: wait a little, as a mount
                     self.warnings.append(str(exc))
                     return
                 write_payload(
