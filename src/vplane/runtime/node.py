@@ -561,11 +561,6 @@ class NodeRuntime:
         if existing is None:
             created = await self.client.create(NODES, {**node, "status": status})
             self.node_uid = str(_d(created.get("metadata")).get("uid", ""))
-            self.events.node_event(
-                "Normal",
-                "RegisteredNode",
-                f"Node {self.node_name} event: Registered Node {self.node_name} in Controller",
-            )
         else:
             self.node_uid = str(_d(existing.get("metadata")).get("uid", ""))
             await self.client.patch(

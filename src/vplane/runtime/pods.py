@@ -953,6 +953,8 @@ class PodWorker:
             self.rt.release_ip(self.uid, self.ip)
         self.rt.crash_backoff.forget_prefix(f"{self.uid}/")
         self.rt.image_backoff.forget_prefix(f"{self.uid}_")
+        for key in [k for k in self.rt.pull_errors if k.startswith(f"{self.uid}_")]:
+            del self.rt.pull_errors[key]
         shutil.rmtree(self.dir, ignore_errors=True)
 
     async def stop(self, grace: float, write_status: bool) -> None:
