@@ -794,6 +794,13 @@ class ResourceHandlers:
         if policy and policy not in ("Background", "Foreground", "Orphan"):
             raise errors.bad_request(f"propagationPolicy: unsupported value {policy!r}")
         options = DeleteOptions.from_body(parsed, policy, ctx.dry_run)
+        grace = request.query.get("gracePeriodSeconds")
+        if options.grace_period_seconds is None and grace not in (None, ""):
+            # As a query parameter too (lightkube and client-go's DeleteOptions as parameters), issue 10.
+            digits = grace.removeprefix("-")
+            if not digits.isascii() or not digits.isdigit() or len(digits) > 18:
+                raise errors.query_int_unparsable(grace, out_of_range=digits.isdigit())
+            options.grace_period_seconds = int(grace)
         if options.propagation_policy and options.propagation_policy not in (
             "Background",
             "Foreground",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -385,6 +385,7 @@ class ObjectStore:
             finishing = (
                 bool(new_meta.get("deletionTimestamp"))
                 and not new_meta.get("finalizers")
+                and not new_meta.get("deletionGracePeriodSeconds")
                 and not self._needs_graceful(rtype, new)
             )
             if ctx.dry_run:
@@ -550,6 +551,19 @@ class ObjectStore:
                 finalizers.append(FOREGROUND_FINALIZER)
             elif policy == "Orphan" and ORPHAN_FINALIZER not in finalizers:
                 finalizers.append(ORPHAN_FINALIZER)
+            graceful = self._graceful(rtype, obj, options.grace_period_seconds, finalizers)
+            if graceful is obj:
+                return DeleteResult(
+                    obj, False
+                )  # a graceful deletion is under way; only a shorter one changes it
+            if graceful is not None:
+                if options.dry_run or ctx.dry_run:
+                    return DeleteResult(graceful, False)
+                try:
+                    stored = await self.cache.update(key, codec.stored_bytes(graceful), kv.mod_revision)
+                except RevisionMismatchError:
+                    continue
+                return DeleteResult(self.to_version(rtype, codec.decode_kv(stored)), False)
             pending = finalizers or self._needs_graceful(rtype, obj)
             if pending:
                 if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
@@ -583,6 +597,43 @@ class ObjectStore:
         raise errors.conflict(
             rtype.resource, name, rtype.group, reason="too many concurrent updates, try again"
         )
+
+    def _graceful(
+        self, rtype: ResourceType, obj: Obj, requested: int | None, finalizers: Sequence[str]
+    ) -> Obj | None:
+        """Graceful deletion (upstream ``rest.BeforeDelete`` with the kind's ``CheckGracefulDelete``): the
+        object marked to go in ``grace`` seconds, to store; ``obj`` itself when a deletion is already
+        pending and the request does not shorten it; None when it is deleted (or waits on finalizers) as
+        any object is."""
+        meta = obj["metadata"]
+        current = meta.get("deletionGracePeriodSeconds")
+        if meta.get("deletionTimestamp"):
+            if not isinstance(current, int) or current <= 0:
+                return None
+            if requested is None or requested >= current:
+                return obj
+            requested = max(requested, 0)
+            if requested == 0 and not finalizers:
+                return None
+            started = timeutil.parse_time(str(meta["deletionTimestamp"])) or self.clock()
+            updated = copy.deepcopy(obj)
+            umeta = updated["metadata"]
+            umeta["deletionTimestamp"] = timeutil.rfc3339(started - current + requested)
+            umeta["deletionGracePeriodSeconds"] = requested
+        else:
+            grace = rtype.strategy.deletion_grace(obj, requested)
+            if grace is None or grace <= 0:
+                return None
+            updated = copy.deepcopy(obj)
+            umeta = updated["metadata"]
+            umeta["deletionTimestamp"] = timeutil.rfc3339(self.clock() + grace)
+            umeta["deletionGracePeriodSeconds"] = grace
+            if isinstance(umeta.get("generation"), int) and umeta["generation"] > 0:
+                umeta["generation"] += 1
+        if finalizers:
+            umeta["finalizers"] = list(finalizers)
+        umeta.pop("resourceVersion", None)
+        return updated
 
     @staticmethod
     def _needs_graceful(rtype: ResourceType, obj: Obj) -> bool:

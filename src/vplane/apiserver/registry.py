@@ -78,6 +78,12 @@ class Strategy:
         """The 400 message for an unsupported field selector (upstream words it per kind)."""
         return f"field label not supported: {label}"
 
+    def deletion_grace(self, obj: Obj, requested: int | None) -> int | None:
+        """Graceful deletion (upstream ``CheckGracefulDelete``): how many seconds a deleted object stays,
+        marked with ``deletionTimestamp``, for its owner (a kubelet) to finish it; None for kinds that go
+        at once. ``requested`` is the delete's ``gracePeriodSeconds``."""
+        return None
+
     reset_status_on_create = True
     """Whether a create drops the status a client sent (Node keeps it: kubelets create nodes with status)."""
 

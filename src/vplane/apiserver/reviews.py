@@ -15,6 +15,7 @@ from vplane.apiserver import codec, satokens, timeutil
 from vplane.apiserver.authz import Attributes
 from vplane.apiserver.context import RequestContext, UserInfo
 from vplane.apiserver.handlers import object_response, response_format
+from vplane.apiserver.kubeletclient import KubeletClient
 from vplane.apiserver.registry import CreateHandler, ResourceType
 from vplane.kube import errors, openapi, structural
 from vplane.kube.objects import Obj
@@ -54,6 +55,7 @@ class Reviews:
     def __init__(self, server: APIServer) -> None:
         self.server = server
         self.service_account_tokens = satokens.ServiceAccountTokens()
+        self.kubelets = KubeletClient(server)
         handlers = {
             "selfsubjectaccessreviews": self.self_subject_access_review,
             "subjectaccessreviews": self.subject_access_review,
@@ -88,17 +90,15 @@ class Reviews:
     async def server_log_handler(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
     ) -> web.StreamResponse:
-        """Until a node runtime serves logs (``extra_routes["pods/log"]``), answer as upstream does for a
-        pod that no node runs: a pod not scheduled yet has no log location, which is 204 No Content
-        (``LogLocation`` returns none; the stream writer answers 204), so kubectl prints nothing."""
+        """The pod's log from its node's kubelet (``vplane.apiserver.kubeletclient``); a pod not scheduled
+        yet has no log location, which is 204 No Content, so kubectl prints nothing. An add-on may serve
+        logs itself through ``extra_routes["pods/log"]``."""
         handler = self.server.extra_routes.get("pods/log")
-        if handler is None:
-            _, pod = self.server.objects.must_get(rtype, info.namespace, info.name)
-            pod_container(pod, request.query.get("container", ""))
-            if not (pod.get("spec") or {}).get("nodeName"):
-                return web.Response(status=204)
-            return web.Response(text="", content_type="text/plain")
-        return await handler(request, ctx)
+        if handler is not None:
+            return await handler(request, ctx)
+        _, pod = self.server.objects.must_get(rtype, info.namespace, info.name)
+        container = pod_container(pod, request.query.get("container", ""))
+        return await self.kubelets.pod_logs(request, ctx, rtype, info, container, pod)
 
     async def pod_stream_handler(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo

@@ -201,6 +201,7 @@ class APIServer:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.aggregator.close()
+        await self.reviews.kubelets.close()
         await self.dynamic_admission.close()
         if self.delegate is not None:
             await self.delegate.close()

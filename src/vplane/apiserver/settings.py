@@ -67,6 +67,18 @@ class APIServerSettings(BaseModel):
     longer requests are shortened to it with a warning. 0 means no cap; otherwise 1 hour to 2^32 seconds, as
     upstream checks the flag."""
 
+    # -- issue 10 (runtime): reaching kubelets for pods/log -------------------------------------------
+    kubelet_preferred_address_types: list[str] = Field(
+        default_factory=lambda: ["InternalIP", "Hostname", "InternalDNS", "ExternalDNS", "ExternalIP"]
+    )
+    """Which of a Node's addresses the API server connects to for a pod's logs, first match wins
+    (``--kubelet-preferred-address-types``; InternalIP first, as kubeadm-style clusters set it)."""
+    kubelet_timeout_seconds: float = Field(default=5.0, gt=0)
+    """How long connecting to a kubelet may take (``--kubelet-timeout``)."""
+    kubelet_certificate_authority: Path | None = None
+    """CA that kubelets' serving certificates must be issued by (default: this server's own CA). Upstream
+    verifies nothing unless ``--kubelet-certificate-authority`` is set; vplane always verifies."""
+
     @field_validator("service_account_max_token_expiration_seconds")
     @classmethod
     def _max_expiration_in_range(cls, value: int) -> int:

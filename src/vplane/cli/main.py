@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from vplane.cli import node
 from vplane.cli.agent import agent
 from vplane.cli.clusters import connect_cluster
 from vplane.cli.doctor import doctor
@@ -21,6 +22,7 @@ from vplane.cli.options import (
     run_until_signalled,
 )
 from vplane.cli.scheduler import scheduler as scheduler_command
+from vplane.runtime import resolver
 from vplane.support import logging as vlogging
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ def main(log_level: str | None) -> None:
     """vplane: tenant clusters, a platform that connects them, and the API server they stand on."""
     faulthandler.enable()  # a crash in a native extension leaves a Python traceback in the log
     vlogging.configure(log_level)
+    resolver.install()  # in a pod of the node runtime: Service names from its hosts file (no-op elsewhere)
 
 
 @main.command()
@@ -441,6 +444,8 @@ def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_fil
 main.add_command(agent)
 main.add_command(doctor)
 main.add_command(scheduler_command)
+main.add_command(node.kubelet)
+main.add_command(node.cluster)
 
 if __name__ == "__main__":
     main()

@@ -8,6 +8,7 @@ one place. The factory functions spell the upstream messages exactly, because cl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -481,3 +482,44 @@ def field_too_many(field: str, actual: int, limit: int) -> Cause:
 def field_internal(field: str, detail: str) -> Cause:
     """A ``InternalError`` cause (``field.InternalError``)."""
     return {"reason": "InternalError", "message": f"Internal error: {detail}", "field": field}
+
+
+# -- issue 10 (runtime): the kubelet behind pods/log (GenericHttpResponseChecker, ErrorToAPIStatus) ------
+
+
+def kubelet_unreachable(message: str) -> StatusError:
+    """The API server could not reach (or talk TLS with) the pod's kubelet: a plain Go error, which the
+    API server answers as a 500 Status with no reason (``ErrorToAPIStatus``), so kubectl prints
+    ``Error from server: Get "https://...": dial tcp ...``."""
+    return StatusError(500, "", message)
+
+
+def kubelet_answer(code: int, body: str, resource: str, name: str) -> StatusError:
+    """A kubelet's non-2xx answer, as ``GenericHttpResponseChecker`` turns it into a Status: 400 keeps
+    the kubelet's text, 500 is an internal error, others get ``NewGenericServerResponse``'s wording."""
+    if code == 400:
+        return bad_request(body)
+    if code == 500:
+        return internal_error(body)
+    reasons = {
+        401: ("Unauthorized", "the server has asked for the client to provide credentials"),
+        403: ("Forbidden", body),
+        404: ("NotFound", "the server could not find the requested resource"),
+        409: ("Conflict", "the server reported a conflict"),
+        429: (
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        ),
+    }
+    reason, message = reasons.get(
+        code,
+        (
+            "InternalError" if code >= 500 else "",
+            f"an error on the server ({json.dumps(body, ensure_ascii=False)}) has prevented the request from succeeding"
+            if code >= 500
+            else f"the server responded with the status code {code} but did not return more information",
+        ),
+    )
+    return StatusError(
+        code, reason, f"{message} ( {resource} {name})", details={"name": name, "kind": resource}
+    )

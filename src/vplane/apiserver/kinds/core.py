@@ -10,6 +10,7 @@ import base64
 import binascii
 import copy
 import re
+from collections.abc import Callable
 from typing import Any
 
 from vplane.apiserver import timeutil
@@ -207,11 +208,29 @@ class PodStrategy(Strategy):
 
     def __init__(self, clock: timeutil.Clock = timeutil.wall_clock) -> None:
         self.clock = clock
+        self.node_serves: Callable[[str], bool] = lambda node: False
+        """Whether a kubelet runs the node's pods (set by the server: its Node posts Ready)."""
 
     def default(self, obj: Obj) -> None:
         spec = obj.get("spec")
         if isinstance(spec, dict):
             podspec.default_pod_spec(spec)
+
+    def deletion_grace(self, obj: Obj, requested: int | None) -> int | None:
+        """Upstream's pod ``CheckGracefulDelete``: the request's grace period or the pod's
+        ``terminationGracePeriodSeconds``; none for a pod not scheduled or already finished. vplane also
+        deletes at once a pod whose node has no kubelet posting Ready: nothing would finish its deletion
+        (upstream's pod garbage collector removes such pods later)."""
+        spec, status = d(obj.get("spec")), d(obj.get("status"))
+        period = requested if requested is not None else int(spec.get("terminationGracePeriodSeconds") or 0)
+        node = str(spec.get("nodeName") or "")
+        if not node or status.get("phase") in ("Failed", "Succeeded"):
+            period = 0
+        if period < 0:
+            period = 1
+        if period > 0 and not self.node_serves(node):
+            period = 0
+        return period
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": qos_class(d(obj.get("spec")))}

@@ -18,6 +18,7 @@ from vplane.apiserver import codec, timeutil
 from vplane.apiserver.context import RequestContext
 from vplane.apiserver.handlers import add_warnings, json_response, object_response, response_format
 from vplane.apiserver.kinds.common import d, lst
+from vplane.apiserver.kinds.core import PodStrategy
 from vplane.apiserver.objects import DeleteOptions, patch_types_for
 from vplane.apiserver.registry import ResourceType
 from vplane.kube import errors, labels, patch, tables
@@ -92,6 +93,9 @@ class Subresources:
         handlers[("", "pods", "proxy")] = self.pod_proxy
         handlers[("", "services", "proxy")] = self.service_proxy
         handlers[("", "nodes", "proxy")] = self.node_proxy
+        pods = self.registry.get("", "v1", "pods")
+        if pods is not None and isinstance(pods.strategy, PodStrategy):
+            pods.strategy.node_serves = self._node_ready  # issue 10: graceful deletion needs a kubelet
         bindings = self.registry.get("", "v1", "bindings")
         if bindings is not None:
             bindings.create_handler = self.create_binding
@@ -359,6 +363,14 @@ class Subresources:
                 ctx, pods, namespace, pod_name, assign, subresource="binding"
             )
         return success_status(201)
+
+    def _node_ready(self, name: str) -> bool:
+        nodes = self.registry.get("", "v1", "nodes")
+        node = self.objects.get(nodes, "", name) if nodes is not None and name else None
+        return node is not None and any(
+            d(c).get("type") == "Ready" and d(c).get("status") == "True"
+            for c in lst(d(node.get("status")).get("conditions"))
+        )
 
     # -- connect and proxy --------------------------------------------------------------------------
 

@@ -1,0 +1,196 @@
+"""The API server's side of ``pods/log``: find the pod's node and stream the answer of its kubelet.
+
+As kube-apiserver does (``pkg/registry/core/pod/rest/log.go``, ``LogLocation``): the container is
+checked (``validateContainer``), the ``PodLogOptions`` validated, a pod not scheduled yet has no log
+(204), the node's address is taken in the order of ``kubelet_preferred_address_types`` and its port from
+``status.daemonEndpoints.kubeletEndpoint.Port`` (10250 when unset), and the request goes to
+``https://<address>:<port>/containerLogs/<namespace>/<pod>/<container>`` with the same options. The API
+server authenticates itself with a client certificate of its own CA (``kube-apiserver-kubelet-client``,
+group ``system:masters``, kept in ``pki/``) and, unlike upstream's default, verifies the kubelet's
+serving certificate against its own CA (or ``kubelet_certificate_authority``): a Node object that names
+some other address gets no request sent past the TLS handshake. The kubelet's answer is streamed as it
+comes (``kubectl logs -f``); its errors become Statuses as ``GenericHttpResponseChecker`` makes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from vplane.apiserver.context import RequestContext
+from vplane.apiserver.registry import ResourceType
+from vplane.kube import errors
+from vplane.kube.objects import Obj
+from vplane.kube.requestinfo import RequestInfo
+from vplane.support import tls
+
+if TYPE_CHECKING:
+    from vplane.apiserver.server import APIServer
+
+log = structlog.get_logger("vplane.apiserver.kubeletclient")
+
+DEFAULT_KUBELET_PORT = 10250
+CLIENT_USER = "kube-apiserver-kubelet-client"
+CLIENT_GROUPS = ("system:masters",)
+LOG_OPTIONS = ("follow", "previous", "sinceSeconds", "sinceTime", "timestamps", "tailLines", "limitBytes")
+ERROR_BODY_LIMIT = 4096
+
+
+def _d(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int_option(query: dict[str, str], name: str) -> int | None:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.bad_request(
+            f'{name}: Invalid value: "{raw}": strconv.ParseInt: parsing "{raw}": invalid syntax'
+        ) from None
+
+
+def validate_log_options(name: str, query: dict[str, str]) -> None:
+    """``ValidatePodLogOptions``: 422 ``PodLogOptions "<pod>" is invalid`` with upstream's causes."""
+    causes = []
+    tail = _int_option(query, "tailLines")
+    if tail is not None and tail < 0:
+        causes.append(errors.field_invalid("tailLines", tail, "must be greater than or equal to 0"))
+    limit = _int_option(query, "limitBytes")
+    if limit is not None and limit < 1:
+        causes.append(errors.field_invalid("limitBytes", limit, "must be greater than 0"))
+    since = _int_option(query, "sinceSeconds")
+    if since is not None and query.get("sinceTime"):
+        causes.append(
+            errors.field_forbidden("", "at most one of `sinceTime` or `sinceSeconds` may be specified")
+        )
+    elif since is not None and since < 1:
+        causes.append(errors.field_invalid("sinceSeconds", since, "must be greater than 0"))
+    if causes:
+        raise errors.invalid("PodLogOptions", name, causes)
+
+
+def node_address(node: Obj, preferred: list[str]) -> str:
+    addresses = [_d(a) for a in _d(node.get("status")).get("addresses") or []]
+    for kind in preferred:
+        for address in addresses:
+            if address.get("type") == kind and address.get("address"):
+                return str(address["address"])
+    known = ", ".join(f"{{{a.get('type')} {a.get('address')}}}" for a in addresses)
+    raise errors.bad_request(f"no preferred addresses found; known addresses: [{known}]")
+
+
+def kubelet_port(node: Obj) -> int:
+    endpoint = _d(_d(_d(node.get("status")).get("daemonEndpoints")).get("kubeletEndpoint"))
+    port = endpoint.get("Port")
+    return port if isinstance(port, int) and 0 < port < 65536 else DEFAULT_KUBELET_PORT
+
+
+def _dial_error(url: str, host: str, port: int, exc: BaseException) -> str:
+    """Go's ``*url.Error`` text for a failed GET, which is what kubectl shows for an unreachable kubelet."""
+    target = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):
+        return (
+            f'Get "{url}": tls: failed to verify certificate: x509: certificate signed by unknown authority'
+        )
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return f'Get "{url}": remote error: tls: handshake failure'
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return f'Get "{url}": dial tcp {target}: i/o timeout'
+    os_error = getattr(exc, "os_error", exc)
+    number = getattr(os_error, "errno", None)
+    text = os.strerror(number).lower() if isinstance(number, int) and number > 0 else str(exc).lower()
+    return f'Get "{url}": dial tcp {target}: connect: {text}'
+
+
+class KubeletClient:
+    def __init__(self, server: APIServer) -> None:
+        self.server = server
+        self._session: aiohttp.ClientSession | None = None
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        server = self.server
+        assert server.ca is not None, "the API server has not loaded its CA yet"
+        pki = server.data_dir / "pki"
+        cert, key = pki / "apiserver-kubelet-client.crt", pki / "apiserver-kubelet-client.key"
+        if not cert.exists() or not key.exists():
+            tls.issue_client(server.ca, CLIENT_USER, CLIENT_GROUPS).write(cert, key)
+        settings = server.settings
+        authority = (
+            settings.kubelet_certificate_authority.read_bytes()
+            if settings.kubelet_certificate_authority is not None
+            else server.ca.cert_pem
+        )
+        ctx = ssl.create_default_context(cadata=authority.decode())
+        ctx.load_cert_chain(cert, key)
+        return ctx
+
+    async def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            ctx = await asyncio.to_thread(self._ssl_context)
+            connector = aiohttp.TCPConnector(ssl=ctx, limit=0, enable_cleanup_closed=True)
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def pod_logs(
+        self,
+        request: web.Request,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        info: RequestInfo,
+        container: str,
+        pod: Obj,
+    ) -> web.StreamResponse:
+        query = {k: request.query[k] for k in request.query}
+        validate_log_options(info.name, query)
+        node_name = str(_d(pod.get("spec")).get("nodeName") or "")
+        if not node_name:
+            return web.Response(status=204)
+        nodes = self.server.registry.get("", "v1", "nodes")
+        node = self.server.objects.get(nodes, "", node_name) if nodes is not None else None
+        if node is None:
+            raise errors.not_found("nodes", node_name)
+        host = node_address(node, self.server.settings.kubelet_preferred_address_types)
+        port = kubelet_port(node)
+        params = {k: query[k] for k in LOG_OPTIONS if query.get(k) not in (None, "")}
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        path = "/".join(quote(p, safe="") for p in (info.namespace, info.name, container))
+        url = f"https://{authority}/containerLogs/{path}" + (f"?{urlencode(params)}" if params else "")
+        session = await self._client()
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.server.settings.kubelet_timeout_seconds, sock_read=None
+        )
+        try:
+            upstream = await session.get(url, timeout=timeout)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise errors.kubelet_unreachable(_dial_error(url, host, port, exc)) from None
+        try:
+            if not 200 <= upstream.status <= 206:
+                body = (await upstream.content.read(ERROR_BODY_LIMIT)).decode(errors="replace")
+                raise errors.kubelet_answer(upstream.status, body, "pods/log", info.name)
+            response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+            with contextlib.suppress(ConnectionResetError):
+                await response.write_eof()
+            return response
+        finally:
+            upstream.release()
