@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import ssl
 from typing import TYPE_CHECKING, Any
@@ -27,10 +28,10 @@ from aiohttp import web
 
 from vplane.apiserver.context import RequestContext
 from vplane.apiserver.registry import ResourceType
-from vplane.kube import errors
+from vplane.kube import errors, remotecommand
 from vplane.kube.objects import Obj
 from vplane.kube.requestinfo import RequestInfo
-from vplane.support import tls
+from vplane.support import httprelay, tls
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -117,6 +118,7 @@ class KubeletClient:
     def __init__(self, server: APIServer) -> None:
         self.server = server
         self._session: aiohttp.ClientSession | None = None
+        self._stream_ssl: ssl.SSLContext | None = None
 
     def _ssl_context(self) -> ssl.SSLContext:
         server = self.server
@@ -194,3 +196,101 @@ class KubeletClient:
             return response
         finally:
             upstream.release()
+
+    # -- exec, attach, port-forward ---------------------------------------------------------------
+
+    async def pod_stream(
+        self, request: web.Request, info: RequestInfo, container: str, pod: Obj
+    ) -> web.StreamResponse:
+        """Relay an upgraded exec, attach or port-forward request to the pod's kubelet (``ExecLocation``,
+        ``AttachLocation``, ``PortForwardLocation``): the client's upgrade headers (never its credentials)
+        go to ``/exec/<ns>/<pod>/<container>``, ``/attach/...`` or ``/portForward/<ns>/<pod>`` with the
+        kubelet's parameter names, under this server's kubelet client certificate; a 101 is passed back and
+        the two connections spliced, so every subprotocol the kubelet speaks reaches the client unchanged.
+
+        A kubelet that refuses (``container not found ("main")``): a WebSocket remote-command client gets
+        the upgrade and the refusal as an internal error on the error channel, as upstream's stream
+        translator answers (``unable to upgrade connection: ...``); any other client gets the kubelet's
+        answer as it is, as upstream's upgrade-aware proxy passes it on."""
+        node_name = str(_d(pod.get("spec")).get("nodeName") or "")
+        if not node_name:
+            raise errors.pod_without_host(info.name)
+        nodes = self.server.registry.get("", "v1", "nodes")
+        node = self.server.objects.get(nodes, "", node_name) if nodes is not None else None
+        if node is None:
+            raise errors.not_found("nodes", node_name)
+        host = node_address(node, self.server.settings.kubelet_preferred_address_types)
+        port = kubelet_port(node)
+        if not httprelay.is_upgrade(request.headers):
+            raise errors.bad_request("Upgrade request required")
+        query = {k: request.query.getall(k) for k in set(request.query.keys())}
+        params = remotecommand.kubelet_query(info.subresource, query)
+        if info.subresource == "portforward":
+            parts: tuple[str, ...] = ("portForward", info.namespace, info.name)
+        else:
+            parts = (info.subresource, info.namespace, info.name, container)
+        target = "/" + "/".join(quote(p, safe="") for p in parts) + (f"?{urlencode(params)}" if params else "")
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() in httprelay.UPGRADE_REQUEST_HEADERS]
+        try:
+            head = httprelay.request_head(request.method, target, authority, headers)
+        except ValueError as exc:
+            raise errors.bad_request(str(exc)) from None
+        ctx = await self._ssl()
+        timeout = self.server.settings.kubelet_timeout_seconds
+        url = f"https://{authority}{target}"
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=ctx, limit=httprelay.UPGRADE_HEAD_LIMIT), timeout
+            )
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raise errors.kubelet_unreachable(_upgrade_dial_error(url, host, port, exc)) from None
+        try:
+            answer = await httprelay.send_upgrade(reader, writer, head, timeout)
+        except (OSError, TimeoutError, httprelay.UpgradeError) as exc:
+            writer.close()
+            raise errors.kubelet_unreachable(f"error dialing backend: {exc or type(exc).__name__}") from None
+        if answer.status == 101:
+            return await httprelay.relay_upgrade(request, reader, writer, answer)
+        client = remotecommand.offered(request.headers.getall("Sec-WebSocket-Protocol", []))
+        channel_protocol = remotecommand.negotiate(client, remotecommand.REMOTE_COMMAND_WEBSOCKET)
+        if info.subresource == "portforward" or request.headers.get("Upgrade", "").lower() != "websocket":
+            return await httprelay.relay_upgrade(request, reader, writer, answer)
+        try:
+            body = (await httprelay.read_body(reader, answer, ERROR_BODY_LIMIT)).decode(errors="replace").strip()
+        except (OSError, TimeoutError, ValueError):
+            body = ""
+        finally:
+            writer.close()
+        if channel_protocol is None:
+            raise errors.internal_error(f"unable to upgrade connection: {body}")
+        return await _refusal_on_error_channel(request, channel_protocol, f"unable to upgrade connection: {body}")
+
+    async def _ssl(self) -> ssl.SSLContext:
+        if self._stream_ssl is None:
+            self._stream_ssl = await asyncio.to_thread(self._ssl_context)
+        return self._stream_ssl
+
+
+async def _refusal_on_error_channel(request: web.Request, protocol: str, message: str) -> web.StreamResponse:
+    """Upstream's ``StreamTranslatorHandler``: the client's WebSocket is upgraded first, so what stops the
+    stream after that is an internal error Status on the error channel."""
+    ws = web.WebSocketResponse(protocols=[protocol] if protocol else ())
+    await ws.prepare(request)
+    status = errors.internal_error(message).to_status()
+    payload = json.dumps(status).encode() if remotecommand.status_on_error_channel(protocol) else message.encode()
+    with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+        frame = remotecommand.encode(protocol or remotecommand.V1, remotecommand.ERROR, payload)
+        if isinstance(frame, str):
+            await ws.send_str(frame)
+        else:
+            await ws.send_bytes(frame)
+        await ws.close()
+    return ws
+
+
+def _upgrade_dial_error(url: str, host: str, port: int, exc: BaseException) -> str:
+    """The upgrade-aware proxy's words: ``error dialing backend: dial tcp ...: connect: connection
+    refused`` (the dial error after ``Get "<url>": ``)."""
+    message = _dial_error(url, host, port, exc)
+    return "error dialing backend: " + message.split(": ", 1)[1]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from vplane.apiserver import codec, satokens, timeutil
-from vplane.apiserver.authz import Attributes
+from vplane.apiserver.authz import Attributes, forbidden_reason
 from vplane.apiserver.context import RequestContext, UserInfo
 from vplane.apiserver.handlers import object_response, response_format
 from vplane.apiserver.kubeletclient import KubeletClient
@@ -103,21 +103,35 @@ class Reviews:
     async def pod_stream_handler(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
     ) -> web.StreamResponse:
-        """exec, attach, port-forward: a node runtime plugs in through ``extra_routes["pods/<sub>"]``;
-        without one, upstream's answers for a pod no node serves."""
+        """exec, attach, port-forward: relayed to the pod's kubelet (``vplane.apiserver.kubeletclient``);
+        an add-on may serve them itself through ``extra_routes["pods/<sub>"]``.
+
+        A WebSocket request is a GET, which the request's own authorization checked as ``get``: as
+        kube-apiserver 1.35+ does (``AuthorizePodWebsocketUpgradeCreatePermission``), ``create`` on the
+        subresource is required too, the verb a SPDY request (a POST) is checked for."""
+        if request.method == "GET":
+            attrs = Attributes(
+                ctx.user,
+                "create",
+                True,
+                info.namespace,
+                info.group,
+                info.version,
+                info.resource,
+                info.subresource,
+                info.name,
+                request.path,
+            )
+            if not await self.server.authorize(attrs):
+                raise errors.forbidden(info.resource, info.group, info.name, forbidden_reason(attrs))
         handler = self.server.extra_routes.get(f"pods/{info.subresource}")
         if handler is not None:
             return await handler(request, ctx)
         _, pod = self.server.objects.must_get(rtype, info.namespace, info.name)
+        container = ""
         if info.subresource != "portforward":
-            pod_container(pod, request.query.get("container", ""))
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
-            raise errors.pod_without_host(info.name)
-        nodes = self.server.registry.get("", "v1", "nodes")
-        if nodes is None or self.server.objects.get(nodes, "", node) is None:
-            raise errors.not_found("nodes", node)
-        raise errors.service_unavailable(f'no node runtime serves node "{node}" yet')
+            container = pod_container(pod, request.query.get("container", ""))
+        return await self.kubelets.pod_stream(request, info, container, pod)
 
     @staticmethod
     def _attrs(user: UserInfo, spec: Obj, namespace_override: str | None = None) -> Attributes:
