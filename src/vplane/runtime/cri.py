@@ -24,7 +24,9 @@ import contextlib
 import fcntl
 import json
 import os
+import socket
 import struct
+import sys
 import termios
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,7 +64,16 @@ class AttachSession:
 
     @classmethod
     async def open(cls, address: str) -> AttachSession:
-        reader, writer = await asyncio.open_unix_connection(address)
+        # Connected here and handed over: uvloop refuses abstract socket names (a leading NUL).
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(5.0)
+            sock.connect(address)  # a local socket: accepted or refused at once
+            sock.setblocking(False)
+            reader, writer = await asyncio.open_unix_connection(sock=sock)
+        except BaseException:
+            sock.close()
+            raise
         return cls(reader, writer)
 
     async def read(self) -> tuple[int, bytes] | None:
@@ -110,17 +121,25 @@ class ExecProcess:
             self.pty_master = None
 
 
+_CONTROLLING_TERMINAL = (
+    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 async def spawn_exec(context: ExecContext, command: Sequence[str], *, tty: bool, stdin: bool) -> ExecProcess:
     """Start ``command`` in a container's environment (raises ``vplane.runtime.images.StartError``)."""
     argv = context.argv(command)
     if tty:
         master, slave = os.openpty()
-
-        def controlling_terminal() -> None:
-            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
         try:
+            # The terminal becomes the command's controlling terminal in a small trampoline: a
+            # ``preexec_fn`` runs before the standard descriptors are in place under uvloop.
             process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                _CONTROLLING_TERMINAL,
                 *argv,
                 env=context.env,
                 cwd=str(context.cwd),
@@ -128,7 +147,6 @@ async def spawn_exec(context: ExecContext, command: Sequence[str], *, tty: bool,
                 stdout=slave,
                 stderr=slave,
                 start_new_session=True,
-                preexec_fn=controlling_terminal,
             )
         finally:
             os.close(slave)
