@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import aiohttp
 import orjson
 import structlog
+import yarl
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
@@ -52,7 +53,7 @@ from vplane.apiserver.discovery import ExternalGroup
 from vplane.apiserver.watch import WatchEvent
 from vplane.kube import errors
 from vplane.kube.objects import Obj
-from vplane.support import requestheader
+from vplane.support import httprelay, requestheader
 from vplane.support.httprelay import relay_response
 
 if TYPE_CHECKING:
@@ -370,10 +371,6 @@ class Aggregator:
         local = self._local(backend)
         if local is not None:
             return await local.handle(request)
-        if request.headers.get("Upgrade") or "upgrade" in request.headers.get("Connection", "").lower():
-            raise errors.StatusError(
-                501, "NotImplemented", "the aggregator does not proxy connection upgrades yet"
-            )
         try:
             url = self.target(backend)
         except errors.StatusError:
@@ -381,7 +378,51 @@ class Aggregator:
         except BackendRefused as exc:
             log.warning("aggregated backend refused", apiservice=backend.name, error=str(exc))
             return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
+        if request.headers.get("Upgrade") or "upgrade" in request.headers.get("Connection", "").lower():
+            return await self._proxy_upgrade(request, ctx, backend, url)
         return await self._proxy(request, ctx, backend, url)
+
+    async def _proxy_upgrade(
+        self, request: web.Request, ctx: RequestContext, backend: Backend, base: str
+    ) -> web.StreamResponse:
+        """A connection upgrade (exec, attach, port-forward or a WebSocket of the backend's own) relayed
+        as bytes (``httprelay.relay_upgrade``), with the identity headers of any proxied request. The
+        address is resolved and checked by the same policy resolver and dialled with the same TLS
+        settings as other requests; a refused upgrade is answered as the backend answered it."""
+        if not httprelay.is_upgrade(request.headers):
+            raise errors.bad_request("Upgrade request required")
+        parsed = yarl.URL(base)
+        host, port = parsed.raw_host or "", parsed.port or 443
+        user = ctx.user
+        headers = requestheader.strip_identity_headers(request.headers.items())
+        headers.append(("Upgrade", request.headers["Upgrade"]))
+        headers += requestheader.forwarding_headers(user.name, user.uid, user.groups, user.extra)
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            head = httprelay.request_head(request.method, request.rel_url.raw_path_qs, authority, headers)
+        except ValueError as exc:
+            raise errors.bad_request(str(exc)) from None
+        ssl_ctx = self._ssl(backend)
+        try:
+            async with asyncio.timeout(self.discovery_timeout):
+                resolved = await self.resolver.resolve(host, port)
+                reader, writer = await asyncio.open_connection(
+                    resolved[0]["host"],
+                    port,
+                    ssl=ssl_ctx,
+                    server_hostname=self._server_name(backend) or host,
+                    limit=httprelay.UPGRADE_HEAD_LIMIT,
+                )
+        except (OSError, TimeoutError, IndexError) as exc:
+            exc = refusal_of(exc) or exc
+            log.info("aggregated backend unreachable", apiservice=backend.name, error=str(exc))
+            return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
+        try:
+            answer = await httprelay.send_upgrade(reader, writer, head, self.discovery_timeout)
+        except (OSError, TimeoutError, httprelay.UpgradeError) as exc:
+            writer.close()
+            return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
+        return await httprelay.relay_upgrade(request, reader, writer, answer)
 
     async def _proxy(
         self, request: web.Request, ctx: RequestContext, backend: Backend, base: str

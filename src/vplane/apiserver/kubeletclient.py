@@ -229,9 +229,13 @@ class KubeletClient:
             parts: tuple[str, ...] = ("portForward", info.namespace, info.name)
         else:
             parts = (info.subresource, info.namespace, info.name, container)
-        target = "/" + "/".join(quote(p, safe="") for p in parts) + (f"?{urlencode(params)}" if params else "")
+        target = (
+            "/" + "/".join(quote(p, safe="") for p in parts) + (f"?{urlencode(params)}" if params else "")
+        )
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() in httprelay.UPGRADE_REQUEST_HEADERS]
+        headers = [
+            (k, v) for k, v in request.headers.items() if k.lower() in httprelay.UPGRADE_REQUEST_HEADERS
+        ]
         try:
             head = httprelay.request_head(request.method, target, authority, headers)
         except ValueError as exc:
@@ -249,7 +253,7 @@ class KubeletClient:
             answer = await httprelay.send_upgrade(reader, writer, head, timeout)
         except (OSError, TimeoutError, httprelay.UpgradeError) as exc:
             writer.close()
-            raise errors.kubelet_unreachable(f"error dialing backend: {exc or type(exc).__name__}") from None
+            raise errors.kubelet_unreachable(f"error dialing backend: {str(exc) or type(exc).__name__}") from None
         if answer.status == 101:
             return await httprelay.relay_upgrade(request, reader, writer, answer)
         client = remotecommand.offered(request.headers.getall("Sec-WebSocket-Protocol", []))
@@ -257,14 +261,18 @@ class KubeletClient:
         if info.subresource == "portforward" or request.headers.get("Upgrade", "").lower() != "websocket":
             return await httprelay.relay_upgrade(request, reader, writer, answer)
         try:
-            body = (await httprelay.read_body(reader, answer, ERROR_BODY_LIMIT)).decode(errors="replace").strip()
+            body = (
+                (await httprelay.read_body(reader, answer, ERROR_BODY_LIMIT)).decode(errors="replace").strip()
+            )
         except (OSError, TimeoutError, ValueError):
             body = ""
         finally:
             writer.close()
         if channel_protocol is None:
             raise errors.internal_error(f"unable to upgrade connection: {body}")
-        return await _refusal_on_error_channel(request, channel_protocol, f"unable to upgrade connection: {body}")
+        return await _refusal_on_error_channel(
+            request, channel_protocol, f"unable to upgrade connection: {body}"
+        )
 
     async def _ssl(self) -> ssl.SSLContext:
         if self._stream_ssl is None:
@@ -278,7 +286,9 @@ async def _refusal_on_error_channel(request: web.Request, protocol: str, message
     ws = web.WebSocketResponse(protocols=[protocol] if protocol else ())
     await ws.prepare(request)
     status = errors.internal_error(message).to_status()
-    payload = json.dumps(status).encode() if remotecommand.status_on_error_channel(protocol) else message.encode()
+    payload = (
+        json.dumps(status).encode() if remotecommand.status_on_error_channel(protocol) else message.encode()
+    )
     with contextlib.suppress(ConnectionError, OSError, RuntimeError):
         frame = remotecommand.encode(protocol or remotecommand.V1, remotecommand.ERROR, payload)
         if isinstance(frame, str):

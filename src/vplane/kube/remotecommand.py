@@ -135,7 +135,13 @@ def parse_resize(data: bytes) -> TerminalSize | None:
 
 # -- options (the kubelet's query parameters) ------------------------------------------------------------
 
-KUBELET_STDIN, KUBELET_STDOUT, KUBELET_STDERR, KUBELET_TTY, KUBELET_COMMAND = "input", "output", "error", "tty", "command"
+KUBELET_STDIN, KUBELET_STDOUT, KUBELET_STDERR, KUBELET_TTY, KUBELET_COMMAND = (
+    "input",
+    "output",
+    "error",
+    "tty",
+    "command",
+)
 """The kubelet's names for the streams (``api.ExecStdinParam`` and friends); the API server's are
 ``stdin``, ``stdout``, ``stderr``, ``tty``, ``command``."""
 

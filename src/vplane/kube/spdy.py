@@ -50,15 +50,65 @@ _TWO_WORDS = struct.Struct(">II")
 def _dictionary() -> bytes:
     """The zlib dictionary of SPDY/3 header compression (draft 3, section 2.6.10.1): length-prefixed
     tokens, then a run of common values."""
-    tokens = (
-        "options head post put delete trace accept accept-charset accept-encoding accept-language "
-        "accept-ranges age allow authorization cache-control connection content-base content-encoding "
-        "content-language content-length content-location content-md5 content-range content-type date "
-        "etag expect expires from host if-match if-modified-since if-none-match if-range "
-        "if-unmodified-since last-modified location max-forwards pragma proxy-authenticate "
-        "proxy-authorization range referer retry-after server te trailer transfer-encoding upgrade "
-        "user-agent vary via warning www-authenticate method get status"
-    ).split()
+    tokens = [
+        "options",
+        "head",
+        "post",
+        "put",
+        "delete",
+        "trace",
+        "accept",
+        "accept-charset",
+        "accept-encoding",
+        "accept-language",
+        "accept-ranges",
+        "age",
+        "allow",
+        "authorization",
+        "cache-control",
+        "connection",
+        "content-base",
+        "content-encoding",
+        "content-language",
+        "content-length",
+        "content-location",
+        "content-md5",
+        "content-range",
+        "content-type",
+        "date",
+        "etag",
+        "expect",
+        "expires",
+        "from",
+        "host",
+        "if-match",
+        "if-modified-since",
+        "if-none-match",
+        "if-range",
+        "if-unmodified-since",
+        "last-modified",
+        "location",
+        "max-forwards",
+        "pragma",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "range",
+        "referer",
+        "retry-after",
+        "server",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "user-agent",
+        "vary",
+        "via",
+        "warning",
+        "www-authenticate",
+        "method",
+        "get",
+        "status",
+    ]
     tokens += ["200 OK", "version", "HTTP/1.1", "url", "public", "set-cookie", "keep-alive", "origin"]
     prefix = b"".join(_WORD.pack(len(t)) + t.encode() for t in tokens)
     tail = (
@@ -319,9 +369,13 @@ class FrameWriter:
             head = _TWO_WORDS.pack(frame.stream_id, frame.associated_id) + bytes([frame.priority << 5, 0])
             return self._control(SYN_STREAM, frame.flags, head + self._block(frame.headers))
         if isinstance(frame, SynReply):
-            return self._control(SYN_REPLY, frame.flags, _WORD.pack(frame.stream_id) + self._block(frame.headers))
+            return self._control(
+                SYN_REPLY, frame.flags, _WORD.pack(frame.stream_id) + self._block(frame.headers)
+            )
         if isinstance(frame, HeadersFrame):
-            return self._control(HEADERS, frame.flags, _WORD.pack(frame.stream_id) + self._block(frame.headers))
+            return self._control(
+                HEADERS, frame.flags, _WORD.pack(frame.stream_id) + self._block(frame.headers)
+            )
         if isinstance(frame, RstStream):
             return self._control(RST_STREAM, 0, _TWO_WORDS.pack(frame.stream_id, frame.status))
         if isinstance(frame, Settings):

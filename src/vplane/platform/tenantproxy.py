@@ -15,6 +15,7 @@ each replica's own metrics this way: a symptom of the resource proxy can be repl
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -26,10 +27,13 @@ from vplane.apiserver.context import UserInfo
 from vplane.kube import errors
 from vplane.kube.accesskeys import AUTH_FAILED, project_namespace
 from vplane.platform.tenants import Tenant
+from vplane.support import httprelay
 from vplane.support.httprelay import relay_response
 from vplane.support.requestheader import HOP_BY_HOP
 
 PREFIX = "/kubernetes/project/"
+UPGRADE_CONNECT_TIMEOUT = 10.0
+"""Seconds for a replica to accept an upgrade's connection and answer it (a ready replica is local)."""
 REPLICA_HEADER = "X-Vplane-Replica"
 
 Authenticate = Callable[[web.Request], Awaitable[UserInfo | None]]
@@ -109,6 +113,12 @@ class TenantProxy:
         target = f"https://127.0.0.1:{replicas[0].port}{rest}"
         if request.query_string:
             target += "?" + request.query_string
+        if httprelay.is_upgrade(request.headers):
+            raw = request.rel_url.raw_path[len(PREFIX) :].split("/", 3)
+            path_qs = "/" + (raw[3] if len(raw) > 3 else "")
+            if request.rel_url.raw_query_string:
+                path_qs += "?" + request.rel_url.raw_query_string
+            return await self._upgrade(request, namespace, name, replicas[0].port, path_qs)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         body = await request.read() if request.can_read_body else None
         session = self._session(namespace, name)
@@ -124,3 +134,32 @@ class TenantProxy:
         except (aiohttp.ClientError, OSError) as exc:
             raise errors.service_unavailable(f'tenant cluster "{name}" is unreachable: {exc}', 1) from None
         return await relay_response(request, upstream)
+
+    async def _upgrade(
+        self, request: web.Request, namespace: str, name: str, port: int, path_qs: str
+    ) -> web.StreamResponse:
+        """A connection upgrade (exec, attach, port-forward, a WebSocket) relayed as bytes, both ways, with
+        the caller's headers as they came (the tenant authenticates them); each side's end closes the
+        other."""
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
+        headers.append(("Upgrade", request.headers["Upgrade"]))
+        try:
+            head = httprelay.request_head(request.method, path_qs, f"127.0.0.1:{port}", headers)
+        except ValueError as exc:
+            raise errors.bad_request(str(exc)) from None
+        ctx = ssl.create_default_context(cafile=str(self.ca_file(namespace, name)))
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    "127.0.0.1",
+                    port,
+                    ssl=ctx,
+                    server_hostname="127.0.0.1",
+                    limit=httprelay.UPGRADE_HEAD_LIMIT,
+                ),
+                UPGRADE_CONNECT_TIMEOUT,
+            )
+            answer = await httprelay.send_upgrade(reader, writer, head, UPGRADE_CONNECT_TIMEOUT)
+        except (OSError, TimeoutError, httprelay.UpgradeError) as exc:
+            raise errors.service_unavailable(f'tenant cluster "{name}" is unreachable: {exc}', 1) from None
+        return await httprelay.relay_upgrade(request, reader, writer, answer)

@@ -121,9 +121,7 @@ class ExecProcess:
             self.pty_master = None
 
 
-_CONTROLLING_TERMINAL = (
-    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.argv[1], sys.argv[1:])"
-)
+_CONTROLLING_TERMINAL = "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.argv[1], sys.argv[1:])"
 
 
 async def spawn_exec(context: ExecContext, command: Sequence[str], *, tty: bool, stdin: bool) -> ExecProcess:

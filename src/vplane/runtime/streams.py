@@ -33,9 +33,8 @@ from typing import Any, Protocol
 import structlog
 from aiohttp import WSMsgType, web
 
-from vplane.kube import errors
+from vplane.kube import errors, spdy
 from vplane.kube import remotecommand as rc
-from vplane.kube import spdy
 from vplane.runtime.cri import STDERR as SHIM_STDERR
 from vplane.runtime.cri import STDOUT as SHIM_STDOUT
 from vplane.runtime.cri import ContainerRuntime, ExecProcess, RunningContainer
@@ -330,7 +329,9 @@ async def _serve_spdy_command(
     reader = asyncio.ensure_future(session.run())
     try:
         waiter = asyncio.ensure_future(ready.wait())
-        await asyncio.wait([waiter, reader], timeout=STREAM_CREATION_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [waiter, reader], timeout=STREAM_CREATION_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+        )
         waiter.cancel()
         if not ready.is_set():
             log.info("SPDY client did not open its streams", expected=sorted(expected), got=sorted(streams))
@@ -377,7 +378,9 @@ async def serve_exec(
         await send_status(channels, errors.internal_error(message).to_status())
         return
     except StartError as exc:
-        await send_status(channels, errors.internal_error(_exec_start_failure(running.container_id, exc)).to_status())
+        await send_status(
+            channels, errors.internal_error(_exec_start_failure(running.container_id, exc)).to_status()
+        )
         return
     except OSError as exc:
         message = f"error executing command in container: {exc}"
@@ -414,8 +417,8 @@ async def _run_process(channels: Channels, process: ExecProcess, options: rc.Str
         assert proc.stdout is not None and proc.stderr is not None
         outputs.append(asyncio.ensure_future(_pump_reader(proc.stdout, channels, rc.STDOUT, options.stdout)))
         outputs.append(asyncio.ensure_future(_pump_reader(proc.stderr, channels, rc.STDERR, options.stderr)))
-    inputs = asyncio.ensure_future(_pump_input(channels, process, options))
-    exited = asyncio.ensure_future(proc.wait())
+    inputs: asyncio.Future[Any] = asyncio.ensure_future(_pump_input(channels, process, options))
+    exited: asyncio.Future[Any] = asyncio.ensure_future(proc.wait())
     try:
         await asyncio.wait([exited, inputs], return_when=asyncio.FIRST_COMPLETED)
         if not exited.done():  # the client went
@@ -426,8 +429,9 @@ async def _run_process(channels: Channels, process: ExecProcess, options: rc.Str
         code = exited.result()
         return 128 - code if code < 0 else code
     finally:
-        for task in [*outputs, inputs, exited]:
+        for task in [*outputs, inputs]:
             task.cancel()
+        exited.cancel()
         await asyncio.gather(*outputs, inputs, exited, return_exceptions=True)
 
 
@@ -436,6 +440,11 @@ async def _pump_reader(reader: asyncio.StreamReader, channels: Channels, channel
         while data := await reader.read(CHUNK):
             if wanted:
                 await channels.send(channel, data)
+
+
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
 
 
 async def _read_fd(fd: int) -> bytes:
@@ -450,7 +459,7 @@ async def _read_fd(fd: int) -> bytes:
         except OSError:
             return b""
         ready: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        loop.add_reader(fd, _wake, ready)
         try:
             await ready
         finally:
@@ -468,7 +477,7 @@ async def _write_fd(fd: int, data: bytes) -> None:
         except BlockingIOError:
             pass
         ready: asyncio.Future[None] = loop.create_future()
-        loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+        loop.add_writer(fd, _wake, ready)
         try:
             await ready
         finally:
@@ -568,9 +577,9 @@ def _forward_error(pod: Mapping[str, Any], port: int, ip: str, exc: BaseExceptio
     )
 
 
-async def _dial(runtime: ContainerRuntime, namespace: str, pod: str, port: int) -> tuple[
-    asyncio.StreamReader, asyncio.StreamWriter, str
-]:
+async def _dial(
+    runtime: ContainerRuntime, namespace: str, pod: str, port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str]:
     ip = runtime.pod_ip(namespace, pod) or ""
     if not ip:
         raise ConnectionRefusedError(111, "the pod has no IP address yet")
@@ -649,7 +658,9 @@ async def _websocket_port_forward(
         try:
             reader, writer, _ = await _dial(runtime, namespace, name, port)
         except OSError as exc:
-            await channels.send(error_channel, _forward_error(pod, port, runtime.pod_ip(namespace, name) or "", exc).encode())
+            await channels.send(
+                error_channel, _forward_error(pod, port, runtime.pod_ip(namespace, name) or "", exc).encode()
+            )
             return
         writers[index] = writer
         try:
@@ -673,7 +684,9 @@ async def _websocket_port_forward(
     forwards = [asyncio.ensure_future(forward(i, p)) for i, p in enumerate(ports)]
     reader_task = asyncio.ensure_future(inbound())
     try:
-        await asyncio.wait([asyncio.ensure_future(asyncio.wait(forwards)), reader_task], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [asyncio.ensure_future(asyncio.wait(forwards)), reader_task], return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         for task in [*forwards, reader_task]:
             task.cancel()
@@ -731,16 +744,18 @@ class SpdyPortForward:
             except ValueError as exc:
                 await error.write(str(exc).encode())
                 return
+            dialled: tuple[asyncio.StreamReader, asyncio.StreamWriter, str] | None = None
             try:
-                reader, writer, _ = await _dial(self.runtime, self.namespace, self.name, port)
+                dialled = await _dial(self.runtime, self.namespace, self.name, port)
             except OSError as exc:
                 ip = self.runtime.pod_ip(self.namespace, self.name) or ""
                 await error.write(_forward_error(self.pod, port, ip, exc).encode())
                 return
+            assert dialled is not None
             try:
-                await _copy_pair(data, reader, writer)
+                await _copy_pair(data, dialled[0], dialled[1])
             finally:
-                writer.close()
+                dialled[1].close()
         except (ConnectionError, OSError):
             pass
         finally:

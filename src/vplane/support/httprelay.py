@@ -194,11 +194,11 @@ class ChunkedDecoder:
 
 
 async def send_upgrade(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, timeout: float
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, seconds: float
 ) -> ResponseHead:
-    """Send an upgrade request's head and read the answer's head (within ``timeout`` seconds)."""
+    """Send an upgrade request's head and read the answer's head (within ``seconds``)."""
     writer.write(head)
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(seconds):
         await writer.drain()
         try:
             raw = await reader.readuntil(b"\r\n\r\n")
@@ -274,7 +274,7 @@ class TakenResponse(web.StreamResponse):
     def __init__(self, status: int = 101) -> None:
         super().__init__(status=status)
 
-    async def prepare(self, request: web.BaseRequest) -> None:  # type: ignore[override]
+    async def prepare(self, request: web.BaseRequest) -> None:
         return None
 
     async def write_eof(self, data: bytes = b"") -> None:
@@ -300,9 +300,9 @@ def take_over(request: web.BaseRequest, head: bytes) -> TakenConnection:
         with contextlib.suppress(AttributeError):
             protocol._message_tail = b""
     with contextlib.suppress(AttributeError, RuntimeError):
-        if not transport.is_reading():  # type: ignore[attr-defined]
-            transport.resume_reading()  # type: ignore[attr-defined]
-    writer = asyncio.StreamWriter(transport, taken, reader, loop)  # type: ignore[arg-type]
+        if not transport.is_reading():
+            transport.resume_reading()
+    writer = asyncio.StreamWriter(transport, taken, reader, loop)
     writer.write(head)
     return TakenConnection(reader, writer, taken)
 
