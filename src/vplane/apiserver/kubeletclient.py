@@ -253,7 +253,9 @@ class KubeletClient:
             answer = await httprelay.send_upgrade(reader, writer, head, timeout)
         except (OSError, TimeoutError, httprelay.UpgradeError) as exc:
             writer.close()
-            raise errors.kubelet_unreachable(f"error dialing backend: {str(exc) or type(exc).__name__}") from None
+            raise errors.kubelet_unreachable(
+                f"error dialing backend: {str(exc) or type(exc).__name__}"
+            ) from None
         if answer.status == 101:
             return await httprelay.relay_upgrade(request, reader, writer, answer)
         client = remotecommand.offered(request.headers.getall("Sec-WebSocket-Protocol", []))

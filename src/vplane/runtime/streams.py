@@ -426,7 +426,7 @@ async def _run_process(channels: Channels, process: ExecProcess, options: rc.Str
             await exited
             return None
         await asyncio.wait(outputs, timeout=OUTPUT_DRAIN_SECONDS)
-        code = exited.result()
+        code = int(exited.result())
         return 128 - code if code < 0 else code
     finally:
         for task in [*outputs, inputs]:
