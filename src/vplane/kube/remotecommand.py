@@ -99,9 +99,13 @@ def encode(protocol: str, channel: int, data: bytes) -> bytes | str:
 
 def decode(protocol: str, message: bytes | str) -> tuple[int, bytes]:
     """(channel, data) of a client message; ValueError if it is not one."""
+    if isinstance(message, str) and not is_base64(protocol):
+        # A text frame on a binary protocol is read as its bytes, as wsstream does (the Python client
+        # sends ``chr(channel) + text`` as text frames).
+        message = message.encode()
     if isinstance(message, str):
-        if not is_base64(protocol) or not message:
-            raise ValueError("text message on a binary protocol")
+        if not message:
+            raise ValueError("empty message")
         channel = ord(message[0]) - ord("0")
         if not 0 <= channel <= 9:
             raise ValueError(f"invalid channel {message[0]!r}")
