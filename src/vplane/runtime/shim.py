@@ -14,7 +14,9 @@ not loaded into each container's keeper (a few MB of memory each).
 Attach protocol (one frame = 1 byte channel, 4 bytes big-endian length, payload). Client to shim:
 0 stdin data, 3 terminal size (JSON ``{"Width": w, "Height": h}``), 4 end of stdin. Shim to client:
 1 stdout, 2 stderr, 5 exit (JSON ``{"exitCode": n}``), after which the shim closes the connection. Only
-connections from the same user are accepted (``SO_PEERCRED``).
+connections from the same user are accepted (``SO_PEERCRED``). A ``stdinOnce`` container's first attach
+gets what the container wrote before it (up to 64 KiB) before the live output: ``kubectl run -i`` attaches
+once the pod runs, and a quick command would have said everything by then.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ MAX_LINE = 16 * 1024
 """A line longer than this is written in parts (``P``), as containerd splits at its buffer size."""
 DRAIN_SECONDS = 0.2
 """After the process exits, output still in flight is read this long (a child may hold the pipes)."""
+BACKLOG_LIMIT = 64 * 1024
+"""Output a ``stdinOnce`` container wrote before its first attach, kept for that attach (kubectl run -i
+attaches after the container started: a quick command's output would otherwise be gone)."""
 
 
 def rfc3339_nano(ns: int) -> str:
@@ -121,6 +126,8 @@ class Shim:
         self.process: subprocess.Popen[bytes] | None = None
         self.listener: socket.socket | None = None
         self.exited: int | None = None
+        self.backlog: list[bytes] | None = [] if spec.get("stdinOnce") else None
+        self.backlog_size = 0
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -250,6 +257,9 @@ class Shim:
 
     def _broadcast(self, channel: int, data: bytes) -> None:
         frame = HEADER.pack(channel, len(data)) + data
+        if self.backlog is not None and self.backlog_size + len(frame) <= BACKLOG_LIMIT:
+            self.backlog.append(frame)
+            self.backlog_size += len(frame)
         for client in list(self.clients):
             try:
                 client.sock.setblocking(True)
@@ -270,6 +280,14 @@ class Shim:
         if uid != os.getuid():
             sock.close()
             return
+        backlog, self.backlog = self.backlog, None
+        if backlog:
+            try:
+                sock.settimeout(5.0)
+                sock.sendall(b"".join(backlog))
+            except OSError:
+                sock.close()
+                return
         sock.setblocking(False)
         client = Client(sock)
         self.clients.append(client)
