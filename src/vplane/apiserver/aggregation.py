@@ -403,25 +403,32 @@ class Aggregator:
         except ValueError as exc:
             raise errors.bad_request(str(exc)) from None
         ssl_ctx = self._ssl(backend)
+        timeout = self.server.settings.aggregation_upgrade_timeout_seconds
+
+        async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            try:
+                async with asyncio.timeout(timeout):
+                    resolved = await self.resolver.resolve(host, port)
+                    return await asyncio.open_connection(
+                        resolved[0]["host"],
+                        port,
+                        ssl=ssl_ctx,
+                        server_hostname=self._server_name(backend) or host,
+                        limit=httprelay.UPGRADE_HEAD_LIMIT,
+                    )
+            except (OSError, TimeoutError, IndexError) as exc:
+                exc = refusal_of(exc) or exc
+                log.info("aggregated backend unreachable", apiservice=backend.name, error=str(exc))
+                raise httprelay.UpgradeError(str(exc)) from None
+
         try:
-            async with asyncio.timeout(self.discovery_timeout):
-                resolved = await self.resolver.resolve(host, port)
-                reader, writer = await asyncio.open_connection(
-                    resolved[0]["host"],
-                    port,
-                    ssl=ssl_ctx,
-                    server_hostname=self._server_name(backend) or host,
-                    limit=httprelay.UPGRADE_HEAD_LIMIT,
-                )
-        except (OSError, TimeoutError, IndexError) as exc:
-            exc = refusal_of(exc) or exc
-            log.info("aggregated backend unreachable", apiservice=backend.name, error=str(exc))
-            return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
-        try:
-            answer = await httprelay.send_upgrade(reader, writer, head, self.discovery_timeout)
+            reader, writer, answer = await httprelay.while_client_stays(
+                request, httprelay.dial_upgrade(connect, head, timeout)
+            )
         except (OSError, TimeoutError, httprelay.UpgradeError) as exc:
-            writer.close()
             return web.Response(status=503, text=f"Error trying to reach service: '{exc}'\n")
+        except httprelay.ClientGone:
+            return httprelay.TakenResponse()
         return await httprelay.relay_upgrade(request, reader, writer, answer)
 
     async def _proxy(

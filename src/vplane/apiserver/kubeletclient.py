@@ -243,19 +243,25 @@ class KubeletClient:
         ctx = await self._ssl()
         timeout = self.server.settings.kubelet_timeout_seconds
         url = f"https://{authority}{target}"
+
+        async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            try:
+                return await asyncio.wait_for(
+                    asyncio.open_connection(host, port, ssl=ctx, limit=httprelay.UPGRADE_HEAD_LIMIT), timeout
+                )
+            except (OSError, TimeoutError, ssl.SSLError) as exc:
+                raise errors.kubelet_unreachable(_upgrade_dial_error(url, host, port, exc)) from None
+
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=ctx, limit=httprelay.UPGRADE_HEAD_LIMIT), timeout
+            reader, writer, answer = await httprelay.while_client_stays(
+                request, httprelay.dial_upgrade(connect, head, timeout)
             )
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
-            raise errors.kubelet_unreachable(_upgrade_dial_error(url, host, port, exc)) from None
-        try:
-            answer = await httprelay.send_upgrade(reader, writer, head, timeout)
         except (OSError, TimeoutError, httprelay.UpgradeError) as exc:
-            writer.close()
             raise errors.kubelet_unreachable(
                 f"error dialing backend: {str(exc) or type(exc).__name__}"
             ) from None
+        except httprelay.ClientGone:
+            return httprelay.TakenResponse()
         if answer.status == 101:
             return await httprelay.relay_upgrade(request, reader, writer, answer)
         client = remotecommand.offered(request.headers.getall("Sec-WebSocket-Protocol", []))

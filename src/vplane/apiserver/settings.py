@@ -154,3 +154,9 @@ class APIServerSettings(BaseModel):
     """How long a GET, LIST, or watch with ``sendInitialEvents=true`` that asks for a resourceVersion
     newer than this server's waits for it before answering 504 ``Too large resource version`` (the
     kube-apiserver cache waits 3 s). Replicas on a shared store can briefly lag each other."""
+
+    # -- streams: connection upgrades relayed to aggregated backends -----------------------------------
+    aggregation_upgrade_timeout_seconds: float = Field(default=5.0, gt=0)
+    """Seconds an aggregated backend has to accept an upgrade's connection (exec, attach, port-forward, a
+    WebSocket of its own) and answer it; past it the caller gets 503. A caller that goes before the answer
+    closes the backend's connection at once."""

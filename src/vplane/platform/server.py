@@ -127,6 +127,7 @@ class Platform:
             lambda ns, name: supervisor.directory(ns, name) / "pki" / "ca.crt",
             self.settings.project_namespace_prefix,
             self.api.authenticate,
+            self.settings.tenant_upgrade_timeout_seconds,
         )
         self.api.public_routes[PREFIX] = self._relay
         projects = ProjectController(self.client, self.settings)

@@ -84,3 +84,9 @@ class PlatformSettings(BaseModel):
     """The platform's own mesh node retries this long after its coordinator refused it."""
     local_client_ready_timeout_seconds: float = Field(default=10.0, gt=0)
     """At start, the Cluster loop waits this long for the platform's own mesh node to connect."""
+
+    # -- streams: connection upgrades on the tenant path ------------------------------------------------
+    tenant_upgrade_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Seconds a tenant replica has to accept an upgrade's connection (exec, attach, port-forward, a
+    WebSocket) on ``/kubernetes/project/<p>/virtualcluster/<n>`` and answer it; past it the caller gets
+    503. A caller that goes before the answer closes the replica's connection at once."""

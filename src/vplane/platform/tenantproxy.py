@@ -32,8 +32,6 @@ from vplane.support.httprelay import relay_response
 from vplane.support.requestheader import HOP_BY_HOP
 
 PREFIX = "/kubernetes/project/"
-UPGRADE_CONNECT_TIMEOUT = 10.0
-"""Seconds for a replica to accept an upgrade's connection and answer it (a ready replica is local)."""
 REPLICA_HEADER = "X-Vplane-Replica"
 
 Authenticate = Callable[[web.Request], Awaitable[UserInfo | None]]
@@ -48,8 +46,10 @@ class TenantProxy:
         ca_file: Callable[[str, str], Path],
         namespace_prefix: str,
         authenticate: Authenticate,
+        upgrade_timeout: float = 10.0,
     ) -> None:
         self.authenticate = authenticate
+        self.upgrade_timeout = upgrade_timeout
         self.tenants = tenants
         self.ca_file = ca_file
         self.namespace_prefix = namespace_prefix
@@ -148,8 +148,10 @@ class TenantProxy:
         except ValueError as exc:
             raise errors.bad_request(str(exc)) from None
         ctx = ssl.create_default_context(cafile=str(self.ca_file(namespace, name)))
-        try:
-            reader, writer = await asyncio.wait_for(
+        timeout = self.upgrade_timeout
+
+        async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            return await asyncio.wait_for(
                 asyncio.open_connection(
                     "127.0.0.1",
                     port,
@@ -157,9 +159,15 @@ class TenantProxy:
                     server_hostname="127.0.0.1",
                     limit=httprelay.UPGRADE_HEAD_LIMIT,
                 ),
-                UPGRADE_CONNECT_TIMEOUT,
+                timeout,
             )
-            answer = await httprelay.send_upgrade(reader, writer, head, UPGRADE_CONNECT_TIMEOUT)
+
+        try:
+            reader, writer, answer = await httprelay.while_client_stays(
+                request, httprelay.dial_upgrade(connect, head, timeout)
+            )
         except (OSError, TimeoutError, httprelay.UpgradeError) as exc:
             raise errors.service_unavailable(f'tenant cluster "{name}" is unreachable: {exc}', 1) from None
+        except httprelay.ClientGone:
+            return httprelay.TakenResponse()
         return await httprelay.relay_upgrade(request, reader, writer, answer)

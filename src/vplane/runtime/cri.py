@@ -55,6 +55,18 @@ class RunningContainer:
     exec_context: ExecContext | None
 
 
+class _LossIsEnd(asyncio.StreamReader):
+    """A lost connection to the keeper ends the stream after what it sent. The keeper closes right after
+    the exit frame: a frame of ours it had not read yet turns that close into a reset, and one written
+    after it into a broken pipe; a plain stream reader would report either before the frames it holds."""
+
+    def set_exception(self, exc: Exception) -> None:
+        if isinstance(exc, ConnectionError):
+            self.feed_eof()
+        else:
+            super().set_exception(exc)
+
+
 class AttachSession:
     """A connection to a container's keeper: frames of (channel, bytes) both ways."""
 
@@ -70,7 +82,12 @@ class AttachSession:
             sock.settimeout(5.0)
             sock.connect(address)  # a local socket: accepted or refused at once
             sock.setblocking(False)
-            reader, writer = await asyncio.open_unix_connection(sock=sock)
+            loop = asyncio.get_running_loop()
+            reader = _LossIsEnd(loop=loop)
+            transport, protocol = await loop.create_unix_connection(
+                lambda: asyncio.StreamReaderProtocol(reader, loop=loop), sock=sock
+            )
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         except BaseException:
             sock.close()
             raise

@@ -14,9 +14,9 @@ not loaded into each container's keeper (a few MB of memory each).
 Attach protocol (one frame = 1 byte channel, 4 bytes big-endian length, payload). Client to shim:
 0 stdin data, 3 terminal size (JSON ``{"Width": w, "Height": h}``), 4 end of stdin. Shim to client:
 1 stdout, 2 stderr, 5 exit (JSON ``{"exitCode": n}``), after which the shim closes the connection. Only
-connections from the same user are accepted (``SO_PEERCRED``). A ``stdinOnce`` container's first attach
-gets what the container wrote before it (up to 64 KiB) before the live output: ``kubectl run -i`` attaches
-once the pod runs, and a quick command would have said everything by then.
+connections from the same user are accepted (``SO_PEERCRED``). An attach gets output from the moment it
+connects, as a CRI runtime's does: what came before is in the log (kubectl 1.36's ``run -i``/``-it`` reads
+the log before attaching, so a replay here would print it twice).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ MAX_LINE = 16 * 1024
 """A line longer than this is written in parts (``P``), as containerd splits at its buffer size."""
 DRAIN_SECONDS = 0.2
 """After the process exits, output still in flight is read this long (a child may hold the pipes)."""
-BACKLOG_LIMIT = 64 * 1024
-"""Output a ``stdinOnce`` container wrote before its first attach, kept for that attach (kubectl run -i
-attaches after the container started: a quick command's output would otherwise be gone)."""
+CLOSE_LINGER_SECONDS = 1.0
+"""After the exit frame, an attach client has this long to close its end (its reader may still hold
+frames; the shim reads and drops what it sends meanwhile)."""
 
 
 def rfc3339_nano(ns: int) -> str:
@@ -126,8 +126,6 @@ class Shim:
         self.process: subprocess.Popen[bytes] | None = None
         self.listener: socket.socket | None = None
         self.exited: int | None = None
-        self.backlog: list[bytes] | None = [] if spec.get("stdinOnce") else None
-        self.backlog_size = 0
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -257,9 +255,6 @@ class Shim:
 
     def _broadcast(self, channel: int, data: bytes) -> None:
         frame = HEADER.pack(channel, len(data)) + data
-        if self.backlog is not None and self.backlog_size + len(frame) <= BACKLOG_LIMIT:
-            self.backlog.append(frame)
-            self.backlog_size += len(frame)
         for client in list(self.clients):
             try:
                 client.sock.setblocking(True)
@@ -280,14 +275,6 @@ class Shim:
         if uid != os.getuid():
             sock.close()
             return
-        backlog, self.backlog = self.backlog, None
-        if backlog:
-            try:
-                sock.settimeout(5.0)
-                sock.sendall(b"".join(backlog))
-            except OSError:
-                sock.close()
-                return
         sock.setblocking(False)
         client = Client(sock)
         self.clients.append(client)
@@ -367,12 +354,39 @@ class Shim:
             doc["exitCode"] = code
         write_json(self.spec["exit"], doc)
         payload = json.dumps({"exitCode": doc["exitCode"]}).encode()
+        open_clients: list[socket.socket] = []
         for client in list(self.clients):
             with contextlib.suppress(OSError):
                 client.sock.setblocking(True)
                 client.sock.settimeout(1.0)
                 client.sock.sendall(HEADER.pack(EXIT, len(payload)) + payload)
+                client.sock.shutdown(socket.SHUT_WR)
+                open_clients.append(client.sock)
+        self._linger(open_clients)
+        for client in self.clients:
             client.sock.close()
+
+    def _linger(self, socks: list[socket.socket]) -> None:
+        """Wait (a while) for each client to close after the exit frame, reading what it still sends (its
+        end of input, say): closing over unread bytes would reset the connection, and a client writing
+        after the close would break its pipe; either makes an asyncio reader drop the frames it holds."""
+        deadline = time.monotonic() + CLOSE_LINGER_SECONDS
+        with selectors.DefaultSelector() as selector:
+            for sock in socks:
+                sock.setblocking(False)
+                selector.register(sock, selectors.EVENT_READ)
+            while selector.get_map() and (remaining := deadline - time.monotonic()) > 0:
+                for key, _ in selector.select(remaining):
+                    client = key.fileobj
+                    assert isinstance(client, socket.socket)
+                    try:
+                        data = client.recv(65536)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if not data:
+                        selector.unregister(client)
 
 
 def main() -> None:

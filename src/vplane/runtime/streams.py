@@ -540,15 +540,20 @@ async def serve_attach(
     async def inputs() -> None:
         while (message := await channels.receive()) is not None:
             channel, data = message
-            if channel == rc.STDIN and options.stdin and running.stdin:
-                if data is None:
-                    await session.close_stdin()
-                else:
-                    await session.write_stdin(data)
-            elif channel == rc.RESIZE and data and running.tty:
-                size = rc.parse_resize(data)
-                if size is not None:
-                    await session.resize(size.width, size.height)
+            try:
+                if channel == rc.STDIN and options.stdin and running.stdin:
+                    if data is None:
+                        await session.close_stdin()
+                    else:
+                        await session.write_stdin(data)
+                elif channel == rc.RESIZE and data and running.tty:
+                    size = rc.parse_resize(data)
+                    if size is not None:
+                        await session.resize(size.width, size.height)
+            except (ConnectionError, OSError):
+                # The keeper went (the container exited): what it sent before is still being relayed,
+                # and the output's end, not this, ends the session.
+                pass
 
     out, inp = asyncio.ensure_future(output()), asyncio.ensure_future(inputs())
     try:

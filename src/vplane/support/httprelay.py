@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
 
 from vplane.support.httpserver import abort, on_connection_lost
 from vplane.support.requestheader import HOP_BY_HOP
+
+T = TypeVar("T")
 
 
 async def relay_response(request: web.BaseRequest, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
@@ -87,6 +89,10 @@ UPGRADE_REQUEST_HEADERS = frozenset(
 
 class UpgradeError(Exception):
     """The upstream's answer to an upgrade request was not HTTP (or too large)."""
+
+
+class ClientGone(Exception):
+    """The client's connection went before its upgrade was answered."""
 
 
 def is_upgrade(headers: Any) -> bool:
@@ -210,6 +216,45 @@ async def send_upgrade(
         return parse_response_head(raw)
     except ValueError as exc:
         raise UpgradeError(str(exc)) from None
+
+
+async def dial_upgrade(
+    connect: Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
+    head: bytes,
+    seconds: float,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, ResponseHead]:
+    """Connect (``connect`` raises what it raises) and :func:`send_upgrade`; the connection is closed
+    if that fails or is cancelled."""
+    reader, writer = await connect()
+    try:
+        return reader, writer, await send_upgrade(reader, writer, head, seconds)
+    except BaseException:
+        abort(writer.transport)
+        raise
+
+
+async def while_client_stays(request: web.BaseRequest, work: Awaitable[T]) -> T:
+    """Await ``work`` (dialling an upgrade's upstream and waiting for its answer), cancelled if the
+    client's connection goes first, which raises :class:`ClientGone`: an upstream is not kept waiting
+    on a caller that left (after the answer, :func:`splice` ends both sides together)."""
+    task = asyncio.ensure_future(work)
+    gone = False
+
+    def lost() -> None:
+        nonlocal gone
+        gone = True
+        task.cancel()
+
+    forget = on_connection_lost(request, lost)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if gone and task.cancelled() and (current is None or not current.cancelling()):
+            raise ClientGone() from None
+        raise
+    finally:
+        forget()
 
 
 async def read_body(reader: asyncio.StreamReader, head: ResponseHead, limit: int = ERROR_BODY_LIMIT) -> bytes:
