@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,3 +59,12 @@ class APIServerSettings(BaseModel):
     shutdown_grace_seconds: float = Field(default=3.0, ge=0)
     """On stop, how long requests still being handled may finish before they are cancelled (aiohttp's
     default of 60 s kept a stopping server waiting on relays whose client had gone)."""
+
+    # -- issue 9 (workloads): the controller manager run with this server ------------------------
+    controller_manager: bool = True
+    """Run the controller manager (Deployments, ReplicaSets, Endpoints, ServiceAccounts, the root CA
+    ConfigMap) against this server over loopback HTTP, as kube-controller-manager runs beside
+    kube-apiserver. Off: nothing acts on workloads unless ``vplane controller-manager`` runs elsewhere."""
+    controller_manager_settings: dict[str, Any] = Field(default_factory=dict)
+    """ControllerManagerSettings fields for that controller manager, as a YAML map (for example
+    ``--set controller_manager_settings='{controllers: [deployment, replicaset]}'``)."""

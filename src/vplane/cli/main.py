@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from vplane.cli.controller_manager import apiserver_controller_manager, controller_manager
 from vplane.cli.options import (
     DataDirLock,
     build_settings,
@@ -98,15 +99,21 @@ def apiserver(data_dir: Path, listen: str, overrides: tuple[str, ...], ready_fil
     private_process()
     lock = DataDirLock(claim_private_dir(data_dir)).acquire()
     server = APIServer(settings)
+    kcm = apiserver_controller_manager(settings.controller_manager, settings.controller_manager_settings)
 
     async def start() -> None:
         await server.start()
+        await kcm.start(server.kubeconfig_path, server.url, settings.listen_host, server.port)
         click.echo(f"vplane API server: {server.url}")
         click.echo(f"  kubectl --kubeconfig {server.kubeconfig_path} get namespaces")
 
+    async def stop() -> None:
+        await kcm.stop()
+        await server.stop()
+
     run_until_signalled(
         start,
-        server.stop,
+        stop,
         ready_file,
         lambda: server.url,
         listen=listen,
@@ -415,6 +422,8 @@ def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_fil
         failure=_store_failure(runner.platform.api.store),
     )
 
+
+main.add_command(controller_manager)
 
 if __name__ == "__main__":
     main()
