@@ -222,7 +222,7 @@ class DeploymentController(ManagedController):
             min_ready = podutil.spec(d).get("minReadySeconds") or 0
             if annotations_changed or (podutil.spec(rs).get("minReadySeconds") or 0) != min_ready:
                 podutil.spec(rs)["minReadySeconds"] = min_ready
-                return await self._replace_set(rs)
+                return await self._replace_set(rs, existing)
             await self._set_revision(d, podutil.annotations_of(rs).get(du.REVISION, ""))
             if du.has_progress_deadline(d) and du.get_condition(podutil.status(d), "Progressing") is None:
                 status = d.setdefault("status", {})
@@ -360,7 +360,7 @@ class DeploymentController(ManagedController):
         updated = copy.deepcopy(rs)
         podutil.spec(updated)["replicas"] = new_scale
         du.set_replicas_annotations(updated, desired, maximum)
-        result = await self._replace_set(updated)
+        result = await self._replace_set(updated, rs)
         if size_changes:
             self.recorder.event(
                 d,
@@ -634,8 +634,28 @@ class DeploymentController(ManagedController):
         if "resourceVersion" in meta:
             d["metadata"]["resourceVersion"] = meta["resourceVersion"]
 
-    async def _replace_set(self, rs: Obj) -> Obj:
-        written = await self.client.replace(REPLICASETS, rs, namespace=podutil.namespace_of(rs))
+    async def _replace_set(self, rs: Obj, base: Obj) -> Obj:
+        """PUT a ReplicaSet changed from ``base``. A conflict caused only by the ReplicaSet controller
+        writing status meanwhile (spec, labels and annotations as ``base`` had them) is retried once with
+        the fresh resourceVersion, as upstream's ``UpdateRSWithRetries`` does; any other change is left
+        to the next sync."""
+        namespace = podutil.namespace_of(rs)
+        try:
+            written = await self.client.replace(REPLICASETS, rs, namespace=namespace)
+        except StatusError as exc:
+            if exc.code != 409:
+                raise
+            fresh = await self.client.get(REPLICASETS, podutil.name_of(rs), namespace=namespace)
+            if (
+                fresh.get("spec") != base.get("spec")
+                or podutil.labels_of(fresh) != podutil.labels_of(base)
+                or podutil.annotations_of(fresh) != podutil.annotations_of(base)
+                or podutil.uid_of(fresh) != podutil.uid_of(base)
+            ):
+                raise
+            retry = {**rs, "status": fresh.get("status", {})}
+            retry["metadata"] = {**podutil.meta(rs), "resourceVersion": podutil.meta(fresh).get("resourceVersion")}
+            written = await self.client.replace(REPLICASETS, retry, namespace=namespace)
         written.setdefault("apiVersion", "apps/v1")
         written.setdefault("kind", "ReplicaSet")
         return written

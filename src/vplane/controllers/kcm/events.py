@@ -201,9 +201,12 @@ class Correlated:
 class EventCorrelator:
     """Pure: decides, for each new event, whether to drop it, write it new, or patch an earlier one."""
 
-    def __init__(self, settings: EventSettings, clock: Clock) -> None:
+    def __init__(
+        self, settings: EventSettings, clock: Clock, namer: Callable[[str, float], str] | None = None
+    ) -> None:
         self.settings = settings
         self._clock = clock
+        self._namer = namer or event_name
         self._aggregates: _LRU[str, _Aggregate] = _LRU(settings.cache_size)
         self._seen: _LRU[str, _Seen] = _LRU(settings.cache_size)
         self._buckets: _LRU[str, _TokenBucket] = _LRU(settings.cache_size)
@@ -232,7 +235,7 @@ class EventCorrelator:
         involved = _involved(new)
         combined: Obj = {
             "metadata": {
-                "name": event_name(str(involved.get("name") or ""), now),
+                "name": self._namer(str(involved.get("name") or ""), now),
                 "namespace": (new.get("metadata") or {}).get("namespace"),
             },
             "involvedObject": involved,
@@ -365,7 +368,7 @@ class EventBroadcaster:
         self.client = client
         self.settings = settings or EventSettings()
         self.clock = clock
-        self.correlator = EventCorrelator(self.settings, clock)
+        self.correlator = EventCorrelator(self.settings, clock, self.unique_name)
         self._queue: asyncio.Queue[Obj] | None = None
         self._rng = rng or random.Random()
         self._last_nanos: dict[str, int] = {}
