@@ -315,3 +315,12 @@ def test_saturation_needs_the_annotation_and_availability() -> None:
     assert du.is_saturated(d, rs)
     rs["status"]["availableReplicas"] = 2
     assert not du.is_saturated(d, rs)
+
+
+def test_terminating_replicas_sum_only_when_every_set_reports_them() -> None:
+    d = deployment(replicas=2)
+    a, b = replica_set("a", 1), replica_set("b", 1)
+    a["status"]["terminatingReplicas"] = 2
+    assert "terminatingReplicas" not in du.calculate_status([a, b], b, d, T0)
+    b["status"]["terminatingReplicas"] = 1
+    assert du.calculate_status([a, b], b, d, T0)["terminatingReplicas"] == 3

@@ -197,3 +197,13 @@ def test_times_round_trip() -> None:
     assert format_time_nano(NOW) == "2023-11-14T22:13:20Z"
     assert format_time_nano(NOW + 0.25) == "2023-11-14T22:13:20.25Z"
     assert parse_time("garbage") is None and parse_time(None) is None
+
+
+def test_terminating_replicas_are_reported_only_when_there_are_some() -> None:
+    rs = {
+        "metadata": {"generation": 1},
+        "spec": {"replicas": 1, "template": {"metadata": {"labels": {}}}},
+        "status": {},
+    }
+    assert "terminatingReplicas" not in calculate_status(rs, [], None, NOW)
+    assert calculate_status(rs, [], None, NOW, terminating=2)["terminatingReplicas"] == 2

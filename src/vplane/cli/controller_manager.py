@@ -134,10 +134,12 @@ def apiserver_controller_manager(enabled: bool, raw_settings: dict[str, Any]) ->
     from vplane.controllers.kcm.manager import enabled_controllers
     from vplane.controllers.kcm.settings import ControllerManagerSettings
 
-    settings = ControllerManagerSettings.model_validate(raw_settings)
+    from pydantic import ValidationError
+
     try:
+        settings = ControllerManagerSettings.model_validate(raw_settings)
         enabled_controllers(settings.controllers)
-    except ValueError as exc:
+    except (ValidationError, ValueError) as exc:
         raise click.UsageError(f"controller_manager_settings: {exc}") from None
     return _ApiserverHook(enabled, settings)
 

@@ -654,7 +654,10 @@ class DeploymentController(ManagedController):
             ):
                 raise
             retry = {**rs, "status": fresh.get("status", {})}
-            retry["metadata"] = {**podutil.meta(rs), "resourceVersion": podutil.meta(fresh).get("resourceVersion")}
+            retry["metadata"] = {
+                **podutil.meta(rs),
+                "resourceVersion": podutil.meta(fresh).get("resourceVersion"),
+            }
             written = await self.client.replace(REPLICASETS, retry, namespace=namespace)
         written.setdefault("apiVersion", "apps/v1")
         written.setdefault("kind", "ReplicaSet")

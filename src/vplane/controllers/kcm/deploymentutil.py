@@ -566,6 +566,10 @@ def calculate_status(all_rss: Sequence[Obj | None], new_rs: Obj | None, d: Obj, 
         "availableReplicas": available,
         "unavailableReplicas": max(total - available, 0),
     }
+    present = [rs for rs in all_rss if rs is not None]
+    if present and all("terminatingReplicas" in podutil.status(rs) for rs in present):
+        # upstream's pointer sum: known only when every set reports it
+        status["terminatingReplicas"] = sum(status_int(rs, "terminatingReplicas") for rs in present)
     collision = podutil.status(d).get("collisionCount")
     if collision is not None:
         status["collisionCount"] = collision

@@ -98,9 +98,13 @@ def replica_failure(status: Obj) -> Obj | None:
     return None
 
 
-def calculate_status(rs: Obj, active_pods: list[Obj], manage_error: Exception | None, now: float) -> Obj:
+def calculate_status(
+    rs: Obj, active_pods: list[Obj], manage_error: Exception | None, now: float, terminating: int = 0
+) -> Obj:
     """``calculateStatus``: the counts and the ``ReplicaFailure`` condition (observedGeneration is left
-    to :func:`status_for_write`)."""
+    to :func:`status_for_write`). ``terminatingReplicas`` (DeploymentReplicaSetTerminatingReplicas, on by
+    default since 1.35) is written only when some of the set's pods are being deleted, as upstream's nil
+    list of terminating pods leaves it out."""
     spec = podutil.spec(rs)
     template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
     template_selector = labelsel.exact(template_labels)
@@ -134,6 +138,10 @@ def calculate_status(rs: Obj, active_pods: list[Obj], manage_error: Exception | 
     status["fullyLabeledReplicas"] = fully_labeled
     status["readyReplicas"] = ready
     status["availableReplicas"] = available
+    if terminating:
+        status["terminatingReplicas"] = terminating
+    else:
+        status.pop("terminatingReplicas", None)
     if conditions:
         status["conditions"] = conditions
     else:
@@ -296,7 +304,14 @@ class ReplicaSetController(ManagedController):
             except (StatusError, RuntimeError) as exc:
                 manage_error = exc
         now = self.clock()
-        status = calculate_status(rs, active, manage_error, now)
+        terminating = sum(
+            1
+            for p in self.pods_by_owner.get(podutil.uid_of(rs))
+            if podutil.is_deleting(p)
+            and not podutil.is_pod_terminal(p)
+            and selector.matches(podutil.labels_of(p))
+        )
+        status = calculate_status(rs, active, manage_error, now, terminating)
         await self._write_status(rs, status)
         if manage_error is not None:
             raise manage_error

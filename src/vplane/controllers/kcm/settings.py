@@ -18,11 +18,17 @@ class ControllerManagerSettings(BaseModel):
     """Upstream's ``--controllers``: ``*`` is every controller on by default, ``name`` turns one on,
     ``-name`` turns one off."""
     concurrent_deployment_syncs: int = Field(default=5, ge=1)
+    """Deployments reconciled at once (workers of the deployment controller)."""
     concurrent_replicaset_syncs: int = Field(default=5, ge=1)
+    """ReplicaSets reconciled at once."""
     concurrent_rc_syncs: int = Field(default=5, ge=1)
+    """ReplicationControllers reconciled at once."""
     concurrent_endpoint_syncs: int = Field(default=5, ge=1)
+    """Services whose Endpoints are computed at once."""
     concurrent_serviceaccount_syncs: int = Field(default=1, ge=1)
+    """Namespaces checked for their ``default`` ServiceAccount at once."""
     concurrent_root_ca_syncs: int = Field(default=1, ge=1)
+    """Namespaces checked for ``kube-root-ca.crt`` at once."""
     burst_replicas: int = Field(default=500, ge=1)
     """Most pods a ReplicaSet creates or deletes in one sync (``BurstReplicas``)."""
     slow_start_initial_batch: int = Field(default=1, ge=1)
