@@ -131,10 +131,10 @@ def loopback_kubeconfig(kubeconfig: Path, url: str, host: str, port: int) -> Pat
 
 def apiserver_controller_manager(enabled: bool, raw_settings: dict[str, Any]) -> Any:
     """What ``vplane apiserver`` starts once it serves: the controller manager over loopback, or nothing."""
+    from pydantic import ValidationError
+
     from vplane.controllers.kcm.manager import enabled_controllers
     from vplane.controllers.kcm.settings import ControllerManagerSettings
-
-    from pydantic import ValidationError
 
     try:
         settings = ControllerManagerSettings.model_validate(raw_settings)
