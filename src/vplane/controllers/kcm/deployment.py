@@ -9,9 +9,9 @@ revisions, the ``desired-replicas``/``max-replicas`` annotations, old-set cleanu
 ``revisionHistoryLimit``, the ``Available`` and ``Progressing`` conditions and the ``ScalingReplicaSet``
 events are upstream's. The arithmetic is in :mod:`deploymentutil`; this module reads caches and writes.
 
-Writes follow upstream (ReplicaSets by PUT with their resourceVersion, Deployment status by PUT /status),
-except the revision annotation on the Deployment, which is a merge patch of the Deployment itself: a
-vplane server's ``/status`` ignores metadata (upstream's Deployment status strategy keeps annotations).
+Writes follow upstream: ReplicaSets by PUT with their resourceVersion, the Deployment's status and its
+revision annotation by PUT /status (upstream's Deployment status strategy keeps the request's
+annotations; where /status ignores metadata, as vplane's does, the annotation follows in a merge patch).
 The resourceVersion returned by each write is carried into the next write of the same sync.
 """
 
@@ -223,7 +223,7 @@ class DeploymentController(ManagedController):
             if annotations_changed or (podutil.spec(rs).get("minReadySeconds") or 0) != min_ready:
                 podutil.spec(rs)["minReadySeconds"] = min_ready
                 return await self._replace_set(rs, existing)
-            await self._set_revision(d, podutil.annotations_of(rs).get(du.REVISION, ""))
+            needs_update = du.set_deployment_revision(d, podutil.annotations_of(rs).get(du.REVISION, ""))
             if du.has_progress_deadline(d) and du.get_condition(podutil.status(d), "Progressing") is None:
                 status = d.setdefault("status", {})
                 du.set_condition(
@@ -236,6 +236,8 @@ class DeploymentController(ManagedController):
                         now,
                     ),
                 )
+                needs_update = True
+            if needs_update:
                 await self._write_status(d)
             return rs
         if not create:
@@ -319,7 +321,7 @@ class DeploymentController(ManagedController):
                 "ScalingReplicaSet",
                 f"Scaled up replica set {podutil.name_of(created)} to {new_count}",
             )
-        await self._set_revision(d, new_revision)
+        needs_update = du.set_deployment_revision(d, new_revision)
         if not already_exists and du.has_progress_deadline(d):
             status = d.setdefault("status", {})
             du.set_condition(
@@ -332,6 +334,8 @@ class DeploymentController(ManagedController):
                     now,
                 ),
             )
+            needs_update = True
+        if needs_update:
             await self._write_status(d)
         return created
 
@@ -609,22 +613,22 @@ class DeploymentController(ManagedController):
     # -- writes ------------------------------------------------------------------------------------------
 
     async def _write_status(self, d: Obj) -> None:
+        """PUT /status, carrying the revision annotation as upstream does (its Deployment status strategy
+        keeps the request's annotations). A server whose /status ignores metadata (vplane's) gets the
+        annotation in a merge patch of the Deployment when the answer lacks it."""
         body = {**d, "status": du.omit_zero(podutil.status(d))}
         written = await self.client.replace_status(DEPLOYMENTS, body, namespace=podutil.namespace_of(d))
         self._carry(d, written)
         d["status"] = written.get("status") or {}
-
-    async def _set_revision(self, d: Obj, value: str) -> None:
-        if podutil.annotations_of(d).get(du.REVISION) == value:
-            return
-        written = await self.client.patch(
-            DEPLOYMENTS,
-            podutil.name_of(d),
-            {"metadata": {"annotations": {du.REVISION: value}}},
-            namespace=podutil.namespace_of(d),
-        )
-        du.set_deployment_revision(d, value)
-        self._carry(d, written)
+        revision = podutil.annotations_of(d).get(du.REVISION)
+        if revision is not None and podutil.annotations_of(written).get(du.REVISION) != revision:
+            patched = await self.client.patch(
+                DEPLOYMENTS,
+                podutil.name_of(d),
+                {"metadata": {"annotations": {du.REVISION: revision}}},
+                namespace=podutil.namespace_of(d),
+            )
+            self._carry(d, patched)
 
     @staticmethod
     def _carry(d: Obj, written: Obj) -> None:

@@ -19,6 +19,15 @@ from vplane.kube.objects import Obj
 IndexFunc = Callable[[Obj], Iterable[str]]
 
 
+def strip_managed_fields(obj: Obj) -> None:
+    """kube-controller-manager's informer transform: no controller reads ``managedFields``, which are a
+    large part of a small object, so the cache does not keep them. A PUT without them leaves the stored
+    ones as they are (upstream and vplane alike)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+
+
 def by_namespace(obj: Obj) -> tuple[str, ...]:
     return (podutil.namespace_of(obj),)
 
@@ -91,6 +100,10 @@ class SharedInformers:
             if self._started:
                 raise RuntimeError("informers must be requested before the shared informers run")
             informer = Informer(self.client, resource, field_selector=field_selector, settings=self.settings)
+            # First handler of every informer, so the cached object itself is trimmed before anyone sees it.
+            informer.add_handlers(
+                on_add=strip_managed_fields, on_update=lambda old, new: strip_managed_fields(new)
+            )
             self._informers[key] = informer
         return informer
 
