@@ -14,6 +14,7 @@ import base64
 import datetime
 import itertools
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -475,12 +476,18 @@ def test_failed_create_carries_the_api_refusal(
             "RS condition",
         )
         assert (cond["status"], cond["reason"]) == ("True", "FailedCreate")
-        assert failed[0]["message"] == f"Error creating: {cond['message']}"
+        refusal = (
+            rf'pods "{rs_name}-[a-z0-9]{{5}}" is forbidden: ValidatingAdmissionPolicy '
+            rf"'no-pods-{namespace}' with binding 'no-pods-{namespace}' denied request: no pods here"
+        )
+        assert re.fullmatch(refusal, cond["message"]), cond["message"]
+        assert re.fullmatch("Error creating: " + refusal, failed[0]["message"]), failed[0]["message"]
         dep_cond = wait_for(
             lambda: condition(get_json(kubectl, "deployment", "web", "-n", namespace), "ReplicaFailure"),
             "Deployment condition",
         )
-        assert (dep_cond["reason"], dep_cond["message"]) == ("FailedCreate", cond["message"])
+        assert dep_cond["reason"] == "FailedCreate"
+        assert re.fullmatch(refusal, dep_cond["message"]), dep_cond["message"]  # the set's failure, copied
         assert pods_of(shared_apiserver, namespace) == []
     finally:
         kubectl.run("delete", "validatingadmissionpolicybinding", f"no-pods-{namespace}", check=False)
