@@ -189,14 +189,12 @@ def k(request: pytest.FixtureRequest) -> Kubectl:
 
 
 def test_deployment_makes_a_replicaset_that_makes_pods(
-    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+    shared_apiserver: APIServerProcess, k: Kubectl, namespace: str
 ) -> None:
-    kubectl.run(
-        "create", "deployment", "web", "-n", namespace, "--image=nginx:1.27", "--replicas=3", "--port=80"
-    )
+    k.run("create", "deployment", "web", "-n", namespace, "--image=nginx:1.27", "--replicas=3", "--port=80")
     pods = wait_for(lambda: len(p := pods_of(shared_apiserver, namespace)) == 3 and p, "three pods")
-    deployment = get_json(kubectl, "deployment", "web", "-n", namespace)
-    (rs,) = get_json(kubectl, "replicasets", "-n", namespace)["items"]
+    deployment = get_json(k, "deployment", "web", "-n", namespace)
+    (rs,) = get_json(k, "replicasets", "-n", namespace)["items"]
     template_hash = rs["metadata"]["labels"]["pod-template-hash"]
     assert rs["metadata"]["name"] == f"web-{template_hash}"
     assert rs["spec"]["selector"]["matchLabels"] == {"app": "web", "pod-template-hash": template_hash}
@@ -227,7 +225,7 @@ def test_deployment_makes_a_replicaset_that_makes_pods(
         assert pod["spec"]["containers"][0]["ports"] == [{"containerPort": 80, "protocol": "TCP"}]
     wait_for(
         lambda: (
-            get_json(kubectl, "deployment", "web", "-n", namespace)
+            get_json(k, "deployment", "web", "-n", namespace)
             .get("metadata", {})
             .get("annotations", {})
             .get("deployment.kubernetes.io/revision")
@@ -248,25 +246,21 @@ def test_deployment_makes_a_replicaset_that_makes_pods(
         "SuccessfulCreate",
     )
     assert created[0]["message"].startswith(f"Created pod: web-{template_hash}-")
-    described = kubectl.run("describe", "deployment", "web", "-n", namespace).out
+    described = k.run("describe", "deployment", "web", "-n", namespace).out
     assert f"NewReplicaSet:   web-{template_hash} (3/3 replicas created)" in described
 
 
 def test_scale_by_patching_replicas_and_readiness_in_status(
-    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+    shared_apiserver: APIServerProcess, k: Kubectl, namespace: str
 ) -> None:
-    kubectl.run("create", "deployment", "web", "-n", namespace, "--image=nginx:1.27", "--replicas=1")
+    k.run("create", "deployment", "web", "-n", namespace, "--image=nginx:1.27", "--replicas=1")
     wait_for(lambda: len(pods_of(shared_apiserver, namespace)) == 1, "one pod")
-    kubectl.run(
-        "patch", "deployment", "web", "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":5}}'
-    )
+    k.run("patch", "deployment", "web", "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":5}}')
     wait_for(lambda: len(pods_of(shared_apiserver, namespace)) == 5, "five pods")
     with Kubelet(shared_apiserver, namespace):
         status = wait_for(
             lambda: (
-                (s := get_json(kubectl, "deployment", "web", "-n", namespace)["status"]).get(
-                    "availableReplicas"
-                )
+                (s := get_json(k, "deployment", "web", "-n", namespace)["status"]).get("availableReplicas")
                 == 5
                 and s
             ),
@@ -275,11 +269,9 @@ def test_scale_by_patching_replicas_and_readiness_in_status(
     assert status["readyReplicas"] == 5 and status["updatedReplicas"] == 5 and status["replicas"] == 5
     assert status["observedGeneration"] == 2
     assert condition({"status": status}, "Available")["reason"] == "MinimumReplicasAvailable"  # type: ignore[index]
-    kubectl.run(
-        "patch", "deployment", "web", "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":2}}'
-    )
+    k.run("patch", "deployment", "web", "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":2}}')
     wait_for(lambda: len(pods_of(shared_apiserver, namespace)) == 2, "two pods")
-    rs_name = get_json(kubectl, "replicasets", "-n", namespace)["items"][0]["metadata"]["name"]
+    rs_name = get_json(k, "replicasets", "-n", namespace)["items"][0]["metadata"]["name"]
     deleted = wait_for(
         lambda: [
             e for e in events_for(shared_apiserver, namespace, rs_name) if e["reason"] == "SuccessfulDelete"
@@ -289,7 +281,7 @@ def test_scale_by_patching_replicas_and_readiness_in_status(
     assert deleted[0]["message"].startswith(f"Deleted pod: {rs_name}-")
     scaled = [e["message"] for e in events_for(shared_apiserver, namespace, "web")]
     assert f"Scaled down replica set {rs_name} to 2 from 5" in scaled
-    table = kubectl.run("get", "deployment", "web", "-n", namespace).out.splitlines()
+    table = k.run("get", "deployment", "web", "-n", namespace).out.splitlines()
     assert table[1].split()[:4] == ["web", "2/2", "2", "2"]
 
 

@@ -867,3 +867,28 @@ async def test_queue_back_off_reaches_its_time_under_a_ticking_clock() -> None:
     await asyncio.gather(worker, return_exceptions=True)
     gaps = [round(b - a, 3) for a, b in itertools.pairwise(seen)]
     assert gaps == [0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32]
+
+
+@pytest.mark.looptime
+async def test_one_list_and_watch_per_resource(cluster: Cluster) -> None:
+    """Shared informers: three controllers read pods, one list of pods was made."""
+    assert cluster.kube.calls["list pods"] == 1
+    assert cluster.kube.calls["list replicasets"] == 1
+    assert cluster.kube.calls["list namespaces"] == 1
+
+
+@pytest.mark.looptime
+async def test_hash_collision_bumps_collision_count(cluster: Cluster) -> None:
+    kube = cluster.kube
+    body = deployment_body("web", 2)
+    taken = f"web-{du.compute_hash(body['spec']['template'], None)}"
+    squatter = rs_body("squatter", 0)
+    squatter["metadata"]["name"] = taken  # same name, another template, not the Deployment's to adopt
+    await kube.create(REPLICASETS, squatter, namespace="ns")
+    await kube.create(DEPLOYMENTS, body, namespace="ns")
+    await cluster.eventually(lambda: len(kube.objects(REPLICASETS, "ns")) == 2, "a second name")
+    d = cluster.obj(DEPLOYMENTS, "web")
+    assert d["status"]["collisionCount"] == 1
+    (mine,) = [rs for rs in kube.objects(REPLICASETS, "ns") if rs["metadata"]["name"] != taken]
+    assert mine["metadata"]["name"] == f"web-{du.compute_hash(body['spec']['template'], 1)}"
+    await cluster.eventually(lambda: len(cluster.pods()) == 2, "pods")
