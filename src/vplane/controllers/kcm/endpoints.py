@@ -330,9 +330,9 @@ class CoreEndpointsWriter:
             current_labels = {k: v for k, v in podutil.labels_of(current).items() if k != HEADLESS}
             capacity_ok = sum(
                 len(s.get("addresses") or ()) + len(s.get("notReadyAddresses") or ())
-                for s in podutil_subsets(current)
+                for s in _subsets_of(current)
             ) <= self.max_capacity and OVER_CAPACITY not in podutil.annotations_of(current)
-            if podutil_subsets(current) == subsets and current_labels == service_labels and capacity_ok:
+            if _subsets_of(current) == subsets and current_labels == service_labels and capacity_ok:
                 return
         new: Obj = (
             copy.deepcopy(current)
@@ -390,7 +390,7 @@ class CoreEndpointsWriter:
                 raise
 
 
-def podutil_subsets(endpoints: Obj) -> list[Obj]:
+def _subsets_of(endpoints: Obj) -> list[Obj]:
     value = endpoints.get("subsets")
     return value if isinstance(value, list) else []
 

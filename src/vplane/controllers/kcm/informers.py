@@ -81,9 +81,6 @@ class Index:
     def get(self, value: str) -> list[Obj]:
         return list(self._by_value.get(value, {}).values())
 
-    def mapping(self, value: str) -> Mapping[str, Obj]:
-        return self._by_value.get(value, {})
-
 
 class SharedInformers:
     def __init__(self, client: KubeAPI, settings: InformerSettings | None = None) -> None:

@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from vplane.controllers.client import KubeAPI, Resource
 from vplane.controllers.kcm import pods as podutil
-from vplane.controllers.kcm.resources import PODS
 from vplane.kube.errors import StatusError
 from vplane.kube.labels import Selector
 from vplane.kube.objects import Obj
@@ -123,14 +122,3 @@ async def claim(
     if failures:
         raise ClaimErrors(failures)
     return claimed
-
-
-def claim_pods(
-    client: KubeAPI,
-    owner: Obj,
-    selector: Selector,
-    candidates: Iterable[Obj],
-    *,
-    can_adopt: Callable[[], Awaitable[None]],
-) -> Awaitable[list[Obj]]:
-    return claim(client, PODS, owner, selector, candidates, can_adopt=can_adopt)
