@@ -28,6 +28,7 @@ from vplane.controllers.kcm.resources import (
     NAMESPACES,
     PODS,
     REPLICASETS,
+    REPLICATIONCONTROLLERS,
     SERVICEACCOUNTS,
     SERVICES,
 )
@@ -892,3 +893,38 @@ async def test_hash_collision_bumps_collision_count(cluster: Cluster) -> None:
     (mine,) = [rs for rs in kube.objects(REPLICASETS, "ns") if rs["metadata"]["name"] != taken]
     assert mine["metadata"]["name"] == f"web-{du.compute_hash(body['spec']['template'], 1)}"
     await cluster.eventually(lambda: len(cluster.pods()) == 2, "pods")
+
+
+@pytest.mark.looptime
+async def test_replication_controller_is_the_same_controller_with_a_map_selector(cluster: Cluster) -> None:
+    """The ReplicationController adapter (core/v1, plain map selector, its own event source); the kind is
+    not served by vplane yet, the fake serves it."""
+    kube = cluster.kube
+    assert "replicationcontroller" in cluster.manager.controllers
+    body = {
+        "metadata": {"name": "legacy"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"app": "legacy"},
+            "template": {
+                "metadata": {"labels": {"app": "legacy"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            },
+        },
+    }
+    await kube.create(REPLICATIONCONTROLLERS, body, namespace="ns")
+    await cluster.eventually(lambda: len(cluster.pods()) == 3, "three pods")
+    rc = cluster.obj(REPLICATIONCONTROLLERS, "legacy")
+    for pod in cluster.pods():
+        (ref,) = pod["metadata"]["ownerReferences"]
+        assert (ref["apiVersion"], ref["kind"], ref["uid"]) == (
+            "v1",
+            "ReplicationController",
+            rc["metadata"]["uid"],
+        )
+    await cluster.eventually(
+        lambda: cluster.obj(REPLICATIONCONTROLLERS, "legacy").get("status", {}).get("replicas") == 3, "status"
+    )
+    created = cluster.events("SuccessfulCreate")
+    assert created and created[0]["source"] == {"component": "replication-controller"}
+    assert created[0]["involvedObject"]["kind"] == "ReplicationController"
