@@ -29,6 +29,7 @@ import ssl
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -1005,6 +1006,40 @@ class TestProxy:
             "kube.target.default.vcluster.invalid:443/apis/example.com/v1/namespaces/default/myresources"
             in lines[-1]
         )
+
+    def test_a_slow_or_huge_body_cannot_hold_a_proxy_slot(self, env: Env) -> None:
+        """A caller that stops sending its body mid-way gets 503 `deadline` at the request cap (3 s here),
+        not a slot held for as long as it likes; an oversized body gets 413."""
+        direct = env.direct("client", 0)
+        url = urllib.parse.urlsplit(direct.base)
+        assert url.hostname is not None and url.port is not None
+        before = count(
+            direct.metrics(), "vcluster_proxy_request_terminations_total", reason="deadline", **TARGET_LABEL
+        )
+        raw = socket.create_connection((url.hostname, url.port), timeout=30)
+        with direct.ctx.wrap_socket(raw, server_hostname=url.hostname) as conn:
+            conn.sendall(
+                (
+                    f"POST {objects_path('default')} HTTP/1.1\r\nHost: {url.netloc}\r\n"
+                    f"Authorization: Bearer {direct.token}\r\nContent-Type: application/json\r\n"
+                    'Content-Length: 1000\r\n\r\n{"apiVersion": '
+                ).encode()
+            )
+            head = conn.recv(65536).decode(errors="replace")
+        assert head.startswith("HTTP/1.1 503"), head
+        assert "retry-after: 1" in head.lower() and "context deadline exceeded" in head
+        after = count(
+            direct.metrics(), "vcluster_proxy_request_terminations_total", reason="deadline", **TARGET_LABEL
+        )
+        assert after == before + 1
+        huge = {
+            "apiVersion": GV,
+            "kind": "MyResource",
+            "metadata": {"name": "huge"},
+            "spec": {"color": "x" * (4 << 20)},
+        }
+        answer = direct.call("POST", objects_path("default"), huge)
+        assert (answer.status, answer.message) == (413, "Request entity too large: limit is 3145728")
 
     def test_connection_upgrades_answer_501(self, env: Env) -> None:
         """exec-, attach- and port-forward-like upgrade requests to the proxied group get 501. Sent to a replica

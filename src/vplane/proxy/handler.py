@@ -331,11 +331,19 @@ class ResourceProxy:
     ) -> web.StreamResponse:
         body: bytes | None = None
         if request.can_read_body:
-            body = await request.read()
-            if len(body) > self.settings.max_body_bytes:
+            # The declared length is refused before reading; a body past the API server's own read limit
+            # raises aiohttp's 413, which would otherwise reach the caller as a 500.
+            limit = self.settings.max_body_bytes
+            length = request.content_length
+            try:
+                if length is None or length <= limit:
+                    body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                body = None
+            if body is None or len(body) > limit:
                 outcome.set("upstream")
                 return self._status(
-                    errors.request_entity_too_large("Request entity too large: limit is 3145728")
+                    errors.request_entity_too_large(f"Request entity too large: limit is {limit}")
                 )
         headers = self._headers(request)
         path_qs = request.rel_url.path_qs
