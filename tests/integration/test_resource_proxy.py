@@ -1000,6 +1000,22 @@ class TestProxy:
             count(text, "vcluster_proxy_request_terminations_total", reason="deadline", **TARGET_LABEL) == 1
         )
         assert series(text, "vcluster_proxy_inflight_requests", **TARGET_LABEL) == 0.0
+        # The runbook's comparison: a long request with short dials isolates the delay to the target.
+        creates = count(text, "vcluster_proxy_request_duration_seconds_count", verb="create", **TARGET_LABEL)
+        assert (
+            count(
+                text,
+                "vcluster_proxy_request_duration_seconds_bucket",
+                verb="create",
+                le="2.5",
+                **TARGET_LABEL,
+            )
+            < creates
+        )
+        dials = count(text, "vcluster_proxy_peer_dial_duration_seconds_count", **TARGET_LABEL)
+        assert (
+            count(text, "vcluster_proxy_peer_dial_duration_seconds_bucket", le="1.0", **TARGET_LABEL) == dials
+        )
         lines = env.log_lines("client", "context deadline exceeded")
         assert lines and ".vcluster.invalid:443" in lines[-1]
         assert (
@@ -1274,15 +1290,11 @@ subjects:
             "p-default",
         )
         assert env.p.k.run(*check, check=False).stdout.strip() == "no"
-        log = env.log("noreg")
-        assert "the platform refused this tenant's registration" in log
+        (refusal,) = env.log_lines("noreg", "the platform refused this tenant's registration")
         assert (
-            "check with: kubectl auth can-i use virtualclusterinstances.management.loft.sh/target -n p-default "
-            '--as=\\"loft:vcluster:p-default:noreg\\"'
-            in log
-            or "check with: kubectl auth can-i use virtualclusterinstances.management.loft.sh/target -n p-default "
-            '--as="loft:vcluster:p-default:noreg"'
-            in log
+            '"loft:vcluster:p-default:noreg" cannot use virtualclusterinstances.management.loft.sh "target" in '
+            '"p-default"; check with: kubectl auth can-i use virtualclusterinstances.management.loft.sh/target '
+            '-n p-default --as="loft:vcluster:p-default:noreg"' in refusal
         )
         lines = env.log_lines("noreg", NO_SYNC_LOG)
         assert lines and "requests fail with 503 until the first netmap arrives" in lines[0]
