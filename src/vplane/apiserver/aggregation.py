@@ -494,12 +494,14 @@ class Aggregator:
 
     async def run(self) -> None:
         while True:
+            # Cleared before the checks, not after: an APIService that arrives while they run sets it
+            # again and is checked at once, rather than a probe interval later.
+            self._wake.clear()
             for backend in list(self.backends.values()):
                 try:
                     await self._check(backend)
                 except Exception:
                     log.exception("availability check failed", apiservice=backend.name)
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.probe_interval)
 
