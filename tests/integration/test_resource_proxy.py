@@ -520,10 +520,19 @@ def env(tmp_path_factory: pytest.TempPathFactory, kubectl_path: str) -> Iterator
     tmp = tmp_path_factory.mktemp("proxy-main")
     # A long probe interval: the clients' APIServices must become available at once, without waiting for
     # a periodic availability check (they waited a whole interval when registered during a round).
-    e = start_env(
-        tmp, kubectl_path, MAIN_PROXY, tenant_apiserver=json.dumps({"apiservice_probe_interval_seconds": 300})
-    )
     slow = SlowWebhook(delay=8).start()
+    # Tenants never call loopback webhooks unless the operator allows the address (docs/security.md).
+    e = start_env(
+        tmp,
+        kubectl_path,
+        MAIN_PROXY,
+        tenant_apiserver=json.dumps(
+            {
+                "apiservice_probe_interval_seconds": 300,
+                "aggregation_allowed_backends": [f"127.0.0.1:{slow.port}"],
+            }
+        ),
+    )
     try:
         e.slow = slow
         e.target.apply(webhooks(slow))

@@ -235,6 +235,8 @@ class Backend:
     openapi: tuple[bytes, str] | None = None
     """The backend's OpenAPI v3 document for this group/version and its hash, when it serves one."""
     session: aiohttp.ClientSession | None = None
+    openapi_retries: int = 0
+    """Checks in a row that found no OpenAPI document for a local backend (they back off)."""
 
     @property
     def local(self) -> bool:
@@ -578,6 +580,13 @@ class Aggregator:
         document = await self._local_openapi(backend, local)
         if document is not None:
             backend.openapi = document
+            backend.openapi_retries = 0
+        elif backend.openapi is None:
+            # No schema yet (say the backend's CRD arrives after it does): look again soon, backing off,
+            # rather than a whole probe interval later, so kubectl can validate and explain its kinds.
+            delay = min(2.0 * 2**backend.openapi_retries, self.probe_interval)
+            backend.openapi_retries += 1
+            asyncio.get_running_loop().call_later(delay, self._wake.set)
         await self._set_condition(backend, True, "Passed", "all checks passed")
 
     async def _local_openapi(self, backend: Backend, local: LocalBackend) -> tuple[bytes, str] | None:
