@@ -54,6 +54,7 @@ from vplane.kube import errors
 from vplane.kube.objects import Obj
 from vplane.support import requestheader
 from vplane.support.httprelay import relay_response
+from vplane.support.tasks import wait_event
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -504,8 +505,7 @@ class Aggregator:
                     await self._check(backend)
                 except Exception:
                     log.exception("availability check failed", apiservice=backend.name)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.probe_interval)
+            await wait_event(self._wake, self.probe_interval)
 
     async def _check(self, backend: Backend) -> None:
         if backend.local:
