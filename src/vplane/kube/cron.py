@@ -131,7 +131,8 @@ def parse(schedule: str) -> Schedule:
     values = [
         _field_bits(text, low, high, names) for text, (low, high, names) in zip(fields, _FIELDS, strict=True)
     ]
-    return SpecSchedule(*values, zone=zone)
+    minute, hour, dom, month, dow = values
+    return SpecSchedule(minute, hour, dom, month, dow, zone=zone)
 
 
 def parse_error(schedule: str) -> str | None:
