@@ -382,7 +382,16 @@ class JobController(ManagedController):
         status["active"] = active
         status["ready"] = state.ready
         status["terminating"] = state.terminating
-        await self._track_status(key, state, needs_update)
+        try:
+            await self._track_status(key, state, needs_update)
+        except StatusError as exc:
+            if exc.code != 409:
+                raise
+            # The cache was behind the Job (our own last write, usually): its newer version is on its way
+            # through the informer and brings the key back. Nothing written so far is lost: uncounted
+            # UIDs whose finalizer is gone are moved into the counters by the next sync.
+            self.log.debug("job changed meanwhile; syncing again", key=key)
+            return None
         if manage_error is not None:
             raise manage_error
         return None
