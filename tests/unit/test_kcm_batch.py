@@ -5,7 +5,6 @@ missed-schedule counting, the pod failure back-off, completion indexes, TTL expi
 from __future__ import annotations
 
 import datetime
-import zoneinfo
 from typing import Any
 
 import pytest
@@ -266,7 +265,7 @@ def test_time_zone_messages() -> None:
 
 
 def test_backoff_doubles_from_ten_seconds_to_the_cap() -> None:
-    delays = [ju.backoff_delay(n, 10.0, 600.0) for n in range(0, 9)]
+    delays = [ju.backoff_delay(n, 10.0, 600.0) for n in range(9)]
     assert delays == [0.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 600.0, 600.0]
     record = ju.BackoffRecord(3, 1000.0)
     assert ju.remaining_backoff(record, 1010.0, 10.0, 600.0) == 30.0

@@ -160,12 +160,14 @@ class Batch(Cluster):
 
 
 @pytest.fixture
-async def batch() -> AsyncIterator[Batch]:
+async def batch(request: pytest.FixtureRequest) -> AsyncIterator[Batch]:
+    """The three controllers on a fake API; a test parametrizes this fixture (indirect) to override settings."""
     clock = loop_clock()
     kube = BatchKube(clock)
     await kube.create(NAMESPACES, {"metadata": {"name": "ns"}})
+    overrides: dict[str, Any] = getattr(request, "param", {})
     settings = ControllerManagerSettings(
-        controllers=["job", "cronjob", "ttl-after-finished"], cronjob_default_time_zone="UTC"
+        controllers=["job", "cronjob", "ttl-after-finished"], cronjob_default_time_zone="UTC", **overrides
     )
     manager = ControllerManager(kube, settings, clock=clock)
     task = asyncio.create_task(manager.run())
@@ -375,6 +377,40 @@ async def test_indexed_job(batch: Batch) -> None:
         assert pod["metadata"]["labels"][ju.COMPLETION_INDEX] == index
         assert pod["spec"]["hostname"] == f"idx-{index}"
         assert pod["metadata"]["generateName"] == f"idx-{index}-"
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize(
+    "batch", [{"job_max_pod_create_delete_per_sync": 2, "job_max_uncounted_pods": 1}], indirect=True
+)
+async def test_per_sync_limits_spread_work_over_syncs(batch: Batch) -> None:
+    """At most two pods created per sync, one finished pod counted per sync: the Job still completes."""
+    kube = batch.kube
+    creates: list[int] = []
+
+    def count_creates(event: str, resource: Resource, obj: Obj) -> None:
+        if event == "ADDED" and resource.kind == "Pod":
+            creates.append(kube.revision)
+
+    kube.write_hook = count_creates
+    controller = batch.manager.controllers["job"].controller
+    inner = controller._reconcile
+    per_sync: list[int] = []
+
+    async def counted(key: str) -> float | None:
+        before = len(creates)
+        try:
+            return await inner(key)
+        finally:
+            per_sync.append(len(creates) - before)
+
+    controller._reconcile = counted
+    batch.run_kubelet(succeed)
+    await kube.create(JOBS, job_body("chunked", completions=6, parallelism=6), namespace="ns")
+    await batch.eventually(lambda: batch.condition("chunked", "Complete") is not None, "Complete", within=300)
+    status = batch.job("chunked")["status"]  # type: ignore[index]
+    assert status["succeeded"] == 6 and status["uncountedTerminatedPods"] == {}
+    assert len(creates) == 6 and max(per_sync) == 2
 
 
 @pytest.mark.looptime
