@@ -50,6 +50,26 @@ def pytest_configure(config: pytest.Config) -> None:
     _isolate_home()
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Make `--dist loadgroup` (in addopts) keep each `xdist_group` on one worker under pytest 9.
+
+    xdist 3.8 names a test's group in its node id (`<id>@<group>`) by assigning `item._nodeid`, which
+    pytest 9 no longer reads (the id lives in `item._id`), so groups were silently spread over workers,
+    each building the group's expensive fixtures again. Workers only; a no-op once xdist does it itself."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        groups = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        if groups and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(groups))}")  # type: ignore[attr-defined]
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     for home in _own_home:
         shutil.rmtree(home, ignore_errors=True)

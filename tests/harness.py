@@ -143,6 +143,12 @@ class APIServerProcess(ServerProcess):
 
     command = ("apiserver",)
 
+    def __init__(self, data_dir: Path, settings: dict[str, Any] | None = None) -> None:
+        # Tests of the API server expect namespaces to hold only what they create; the controller manager
+        # (kube-root-ca.crt and the default ServiceAccount everywhere, pods for Deployments) is turned on
+        # by the tests about it (tests/integration/test_workload_controllers.py).
+        super().__init__(data_dir, {"controller_manager": False, "scheduler": False, **(settings or {})})
+
     @property
     def kubeconfig(self) -> Path:
         return self.data_dir / "kubeconfig.yaml"

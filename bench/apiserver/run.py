@@ -235,6 +235,8 @@ def main() -> None:
             str(ready),
             "--set",
             "write_queue_limit=100000",
+            "--set",
+            "controller_manager=false",  # the API server alone (its namespaces hold only what the bench makes)
         ],
         ready,
     )

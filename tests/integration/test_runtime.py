@@ -64,6 +64,7 @@ class Cluster:
     def __init__(self, directory: Path, settings: dict[str, Any] | None = None) -> None:
         self.directory = directory
         self.settings = {**SHRUNK, **(settings or {})}
+        self.api_settings: dict[str, Any] = {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = directory.parent / f"{directory.name}.log"
 
@@ -83,6 +84,8 @@ class Cluster:
         cmd += ["--listen", "127.0.0.1:0", "--ready-file", str(ready)]
         for name, value in self.settings.items():
             cmd += ["--set", f"{name}={value}"]
+        for name, value in self.api_settings.items():
+            cmd += ["--apiserver-set", f"{name}={value}"]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -322,7 +325,9 @@ def test_every_status_column_as_kubectl_prints_it(
 ) -> None:
     kk = k if version == "1.36" else kubectl_for(cluster, kubectl132_path, tmp_path)
     manifests = [
-        pod("pending", "sleep 60", node=None),
+        pod(
+            "pending", "sleep 60", node=None, nodeSelector={"example.com/no-such-node": "x"}
+        ),  # unschedulable
         pod("creating", "sleep 60", volumes=[{"name": "cfg", "configMap": {"name": "not-there"}}]),
         pod("running", "sleep 60"),
         pod("completed", "echo done", restartPolicy="Never"),
@@ -960,7 +965,7 @@ def test_two_pods_bind_the_same_port_and_a_service_reaches_them(
                 "apiVersion": "v1",
                 "kind": "Service",
                 "metadata": {"name": "web"},
-                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+                "spec": {"selector": {"app": "nothing-yet"}, "ports": [{"port": 80, "targetPort": 8080}]},
             }
         ),
     )
@@ -971,13 +976,8 @@ def test_two_pods_bind_the_same_port_and_a_service_reaches_them(
     assert cluster_ip.startswith("127.96.")
     with pytest.raises(OSError):
         _get(f"http://{cluster_ip}:80/")  # no endpoints yet: refused
-    endpoints = {
-        "apiVersion": "v1",
-        "kind": "Endpoints",
-        "metadata": {"name": "web"},
-        "subsets": [{"addresses": [{"ip": ip} for ip in ips.values()], "ports": [{"port": 8080}]}],
-    }
-    apply(k, ns, json.dumps(endpoints))
+    # The endpoints controller fills the Service's Endpoints from the ready pods it now selects.
+    k.run("patch", "service", "web", "-n", ns, "--type=merge", "-p", '{"spec": {"selector": {"app": "web"}}}')
     answers = wait_until(
         lambda: _answers(f"http://{cluster_ip}:80/", 6), "both pods answer through the ClusterIP"
     )
@@ -1003,7 +1003,9 @@ def test_a_pods_environment_volumes_and_service_names(cluster: Cluster, k: Kubec
         "--from-literal=color=blue",
     )
     k.run("create", "secret", "generic", "creds", "-n", ns, "--from-literal=password=s3cret")
-    k.run("create", "serviceaccount", "default", "-n", ns)
+    wait_until(  # the ServiceAccount controller makes `default` in every namespace
+        lambda: k.run("get", "serviceaccount", "default", "-n", ns, check=False).code == 0, "default SA"
+    )
     k.run("create", "rolebinding", "view", "-n", ns, "--clusterrole=view", f"--serviceaccount={ns}:default")
     apply(
         k,
@@ -1263,6 +1265,7 @@ def test_a_pod_waits_for_its_service_account_token(
     (``FailedMount``), then runs with in-cluster credentials (with ``service_account_wait_seconds`` 0, as in
     the other tests, it runs at once without them)."""
     own_cluster.settings["service_account_wait_seconds"] = 60
+    own_cluster.api_settings["controller_manager"] = False  # nothing else makes the ServiceAccount
     own_cluster.start()
     k = kubectl_for(own_cluster, kubectl_path, tmp_path)
     k.run("create", "namespace", "late")

@@ -81,6 +81,11 @@ def run_pod(k: Kubectl, ns: str, name: str, command: str | None = None, **spec: 
     return pod_json(k, ns, name)
 
 
+def unschedulable_pod(name: str) -> str:
+    """A pod the cluster's scheduler leaves without a node."""
+    return pod(name, "sleep 1", node=None, nodeSelector={"example.com/no-such-node": "x"})
+
+
 def web_server(k: Kubectl, ns: str, name: str = "web") -> str:
     """A pod serving HTTP on its address, port 8000, with a page ``marker``; its IP."""
     script = (
@@ -286,7 +291,7 @@ def test_exec_errors_are_upstreams(cluster: Cluster, k136: Kubectl, ns: str) -> 
     )
     assert 'exec: "no-such-program": executable file not found in $PATH: unknown' in missing.stderr
     # no node: the API server's own answer (and nothing is dialled)
-    apply(k, ns, pod("nowhere", "sleep 1", node=None))
+    apply(k, ns, unschedulable_pod("nowhere"))
     unscheduled = k.run("exec", "-n", ns, "nowhere", "--", "true", check=False)
     assert "pod nowhere does not have a host assigned" in unscheduled.stderr
     # a completed pod: kubectl's own refusal (it reads the pod's phase first)
@@ -322,7 +327,7 @@ def test_a_request_without_an_upgrade_or_a_host_gets_upstreams_status(
         cluster, "POST", f"/api/v1/namespaces/{ns}/pods/box/exec?command=true&stdout=1", {}
     )
     assert (code, status["reason"], status["message"]) == (400, "BadRequest", "Upgrade request required")
-    apply(k136, ns, pod("nowhere", "sleep 1", node=None))
+    apply(k136, ns, unschedulable_pod("nowhere"))
     code, status = _api_request(
         cluster,
         "POST",

@@ -120,7 +120,9 @@ def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, k
         healthy = doctor()
         assert "default/target for demo.vplane.io/v1: Ready, 1/1 replicas ready" in healthy
         assert "replica 0:" in healthy and "verdict: No proxy degradation" in healthy
-        k.run("--context", "vplane_management", "delete", "virtualclusterinstance", "target", "-n", "p-default")
+        k.run(
+            "--context", "vplane_management", "delete", "virtualclusterinstance", "target", "-n", "p-default"
+        )
         down = doctor()
         assert "verdict: The target is down. Fix the target." in down
     finally:

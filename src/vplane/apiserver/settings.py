@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -154,6 +155,20 @@ class APIServerSettings(BaseModel):
     """How long a GET, LIST, or watch with ``sendInitialEvents=true`` that asks for a resourceVersion
     newer than this server's waits for it before answering 504 ``Too large resource version`` (the
     kube-apiserver cache waits 3 s). Replicas on a shared store can briefly lag each other."""
+
+    # -- issue 9 (workloads): the controller manager run with this server ------------------------
+    controller_manager: bool = True
+    """Run the controller manager (Deployments, ReplicaSets, Endpoints, ServiceAccounts, the root CA
+    ConfigMap) against this server over loopback HTTP, as kube-controller-manager runs beside
+    kube-apiserver. Off: nothing acts on workloads unless ``vplane controller-manager`` runs elsewhere."""
+    controller_manager_settings: dict[str, Any] = Field(default_factory=dict)
+    scheduler: bool = True
+    """Run the scheduler (``default-scheduler``) against this server over loopback HTTP, as kube-scheduler
+    runs beside kube-apiserver: pending pods are bound to nodes, or say why none fits."""
+    scheduler_settings: dict[str, Any] = Field(default_factory=dict)
+    """SchedulerSettings fields for that scheduler, as a YAML map."""
+    """ControllerManagerSettings fields for that controller manager, as a YAML map (for example
+    ``--set controller_manager_settings='{controllers: [deployment, replicaset]}'``)."""
 
     # -- streams: connection upgrades relayed to aggregated backends -----------------------------------
     aggregation_upgrade_timeout_seconds: float = Field(default=5.0, gt=0)

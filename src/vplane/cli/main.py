@@ -11,6 +11,7 @@ import click
 from vplane.cli import node
 from vplane.cli.agent import agent
 from vplane.cli.clusters import connect_cluster
+from vplane.cli.controller_manager import apiserver_controller_manager, controller_manager
 from vplane.cli.doctor import doctor
 from vplane.cli.options import (
     DataDirLock,
@@ -105,15 +106,26 @@ def apiserver(data_dir: Path, listen: str, overrides: tuple[str, ...], ready_fil
     private_process()
     lock = DataDirLock(claim_private_dir(data_dir)).acquire()
     server = APIServer(settings)
+    kcm = apiserver_controller_manager(
+        settings.controller_manager,
+        settings.controller_manager_settings,
+        settings.scheduler,
+        settings.scheduler_settings,
+    )
 
     async def start() -> None:
         await server.start()
+        await kcm.start(server.kubeconfig_path, server.url, settings.listen_host, server.port)
         click.echo(f"vplane API server: {server.url}")
         click.echo(f"  kubectl --kubeconfig {server.kubeconfig_path} get namespaces")
 
+    async def stop() -> None:
+        await kcm.stop()
+        await server.stop()
+
     run_until_signalled(
         start,
-        server.stop,
+        stop,
         ready_file,
         lambda: server.url,
         listen=listen,
@@ -446,6 +458,7 @@ main.add_command(doctor)
 main.add_command(scheduler_command)
 main.add_command(node.kubelet)
 main.add_command(node.cluster)
+main.add_command(controller_manager)
 
 if __name__ == "__main__":
     main()

@@ -3,13 +3,13 @@ API server, controller manager and one node runtime, with its kubeconfig)."""
 
 from __future__ import annotations
 
-import importlib
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from vplane.cli.controller_manager import apiserver_controller_manager
 from vplane.cli.options import (
     DataDirLock,
     build_settings,
@@ -90,19 +90,6 @@ def cluster() -> None:
     """An embedded cluster whose pods run on this machine."""
 
 
-def _controller_manager(settings: Any) -> Any:
-    """LEAD: the controller manager's call site. The kube-controller-manager analogue
-    (``vplane.cli.controller_manager``, issue 9) runs beside the API server as ``vplane apiserver`` runs it,
-    honouring the same ``controller_manager`` settings, once it is merged; until then the cluster has no
-    Deployment, ReplicaSet, Endpoints or ServiceAccount controllers (and this returns None)."""
-    try:
-        module = importlib.import_module("vplane.cli.controller_manager")
-    except ImportError:
-        return None
-    enabled = getattr(settings, "controller_manager", True)
-    return module.apiserver_controller_manager(enabled, getattr(settings, "controller_manager_settings", {}))
-
-
 @cluster.command("start")
 @click.option(
     "--data-dir", required=True, type=click.Path(path_type=Path), help="Everything the cluster keeps."
@@ -171,14 +158,18 @@ def cluster_start(
     claim_private_dir(data_dir)
     lock = DataDirLock(data_dir).acquire()
     server = APIServer(api_settings)
-    kcm = _controller_manager(api_settings)
+    kcm = apiserver_controller_manager(
+        api_settings.controller_manager,
+        api_settings.controller_manager_settings,
+        api_settings.scheduler,
+        api_settings.scheduler_settings,
+    )
     kubeconfig = data_dir / "kubeconfig.yaml"
     holder: dict[str, NodeRuntime] = {}
 
     async def start() -> None:
         await server.start()
-        if kcm is not None:
-            await kcm.start(server.kubeconfig_path, server.url, api_settings.listen_host, server.port)
+        await kcm.start(server.kubeconfig_path, server.url, api_settings.listen_host, server.port)
         assert server.ca is not None
         cert, key = runtime_settings.tls_cert_file, runtime_settings.tls_key_file
         assert cert is not None and key is not None
@@ -197,8 +188,7 @@ def cluster_start(
         runtime = holder.get("runtime")
         if runtime is not None:
             await runtime.stop()
-        if kcm is not None:
-            await kcm.stop()
+        await kcm.stop()
         await server.stop()
 
     def force_stop() -> None:

@@ -23,6 +23,11 @@ from pydantic import BaseModel, ConfigDict
 
 K = TypeVar("K", bound=Hashable)
 
+DUE_SLACK = 1e-6
+"""A delayed key is due this close to its time: asyncio runs timers up to its clock resolution early and
+fake clocks move in whole ticks (looptime: 1 µs), so a key due at ``0.07500000000000001`` while the clock
+reads ``0.075`` would otherwise wake a worker again and again without the clock moving."""
+
 Clock = Callable[[], float]
 
 
@@ -163,7 +168,7 @@ class WorkQueue(Generic[K]):
         if not self._delayed:
             return
         now = self._now()
-        while self._delayed and self._delayed[0][0] <= now:
+        while self._delayed and self._delayed[0][0] <= now + DUE_SLACK:
             ready_at, _, key = heapq.heappop(self._delayed)
             if self._ready_at.get(key) == ready_at:
                 del self._ready_at[key]

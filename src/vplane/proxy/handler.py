@@ -125,6 +125,8 @@ class ResourceProxy:
         self._namespace_exists = namespace_exists
         self._clock = clock
         self._target_namespaces: set[str] = set()
+        self._names: dict[str, tuple[str, str]] = {}
+        """Singular and kind of each resource, from the target's last live discovery (for the fallback)."""
         self._unavailable = (
             f'target tenant cluster "{target.target_name}" for {target.group_version} is unavailable'
         )
@@ -208,7 +210,17 @@ class ResourceProxy:
 
     # -- the handler ---------------------------------------------------------------------------------
 
+    def serves(self, path: str) -> bool:
+        """Only this proxy's group/version is forwarded. After a group/version leaves the config, its
+        lingering APIService still names port ``9100 + n``, which may now belong to another group's proxy;
+        forwarding it there would keep serving the removed group with that entry's target and access mode.
+        Refused, the lingering group reads as unavailable, as the runbook's decommission section says."""
+        prefix = f"/apis/{self.target.group}/{self.target.version}"
+        return path == prefix or path.startswith(prefix + "/")
+
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        if not self.serves(request.path):
+            return self._status(errors.not_found_path())
         watch = request.query.get("watch", "").lower() in ("true", "1")
         info = requestinfo.parse(request.method, request.path, watch)
         verb = info.verb if info.is_resource else request.method.lower()
@@ -279,11 +291,17 @@ class ResourceProxy:
         outcome.set("upstream")
         if status in (401, 404) or status >= 500:
             return self._fallback("upstream_error")
+        if status == 200:
+            self._names.update(discovery.names_of(body))
         return status, body, answer_headers
 
     def _fallback(self, reason: str) -> tuple[int, bytes, CIMultiDict[str]]:
         self.metrics.discovery_fallbacks.labels(self.label, self.target.group_version, reason).inc()
-        return 200, discovery.fallback_body(self.target), CIMultiDict({"Content-Type": JSON_TYPE})
+        return (
+            200,
+            discovery.fallback_body(self.target, self._names),
+            CIMultiDict({"Content-Type": JSON_TYPE}),
+        )
 
     async def fetch(self, path: str) -> tuple[int, bytes]:
         """A GET from inside the replica (the aggregator's availability check and OpenAPI download), as
@@ -292,6 +310,9 @@ class ResourceProxy:
             {"Accept": JSON_TYPE, "Authorization": f"Bearer {self._access_key()}"}
         )
         outcome = Outcome()
+        openapi = f"/openapi/v3/apis/{self.target.group}/{self.target.version}"
+        if not (self.serves(path) or path == "/openapi/v3" or path.split("?", 1)[0] == openapi):
+            return 404, b""
         if discovery.is_discovery(path, self.target):
             status, body, _ = await self._discovery_answer("GET", path, headers, outcome)
             self._count(outcome, "get", status)
@@ -310,11 +331,19 @@ class ResourceProxy:
     ) -> web.StreamResponse:
         body: bytes | None = None
         if request.can_read_body:
-            body = await request.read()
-            if len(body) > self.settings.max_body_bytes:
+            # The declared length is refused before reading; a body past the API server's own read limit
+            # raises aiohttp's 413, which would otherwise reach the caller as a 500.
+            limit = self.settings.max_body_bytes
+            length = request.content_length
+            try:
+                if length is None or length <= limit:
+                    body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                body = None
+            if body is None or len(body) > limit:
                 outcome.set("upstream")
                 return self._status(
-                    errors.request_entity_too_large("Request entity too large: limit is 3145728")
+                    errors.request_entity_too_large(f"Request entity too large: limit is {limit}")
                 )
         headers = self._headers(request)
         path_qs = request.rel_url.path_qs
@@ -354,19 +383,32 @@ class ResourceProxy:
             query = [(k, v) for k, v in query if k != "labelSelector"] + [("labelSelector", selector)]
             return request.rel_url.path + "?" + urlencode(query, quote_via=quote)
         if info.name and request.method in ("PUT", "PATCH", "DELETE"):
-            denied = await self._check_owned(info, outcome, headers)
+            # Server-side apply creates a missing object: its ownership GET's 404 lets it through (the
+            # apply patch carries the labels).
+            creates = request.method == "PATCH" and ownership.media_type(headers.get("Content-Type")) in (
+                ownership.APPLY_PATCH_YAML,
+                ownership.APPLY_PATCH_JSON,
+            )
+            denied = await self._check_owned(info, outcome, headers, missing_ok=creates)
             if denied is not None:
                 return denied
         return request.rel_url.path_qs
 
     async def _check_owned(
-        self, info: requestinfo.RequestInfo, outcome: Outcome, headers: CIMultiDict[str]
+        self,
+        info: requestinfo.RequestInfo,
+        outcome: Outcome,
+        headers: CIMultiDict[str],
+        *,
+        missing_ok: bool = False,
     ) -> web.StreamResponse | None:
-        """The ownership GET before a named mutation (spec §4): 5xx is 503, anything but an owned 200 is 404."""
+        """The ownership GET before a named mutation (spec §4): 5xx is 503, anything but an owned 200 is 404
+        (a 404 passes when ``missing_ok``: an apply that creates the object)."""
         assert self.owner is not None
         path = _object_path(info)
         check_headers = CIMultiDict(headers)
         check_headers["Accept"] = JSON_TYPE
+        check_headers.popall("Accept-Encoding", None)  # the proxy reads this answer itself
         upstream = await self._send("GET", path, check_headers, None, outcome)
         async with upstream:
             status = upstream.status
@@ -375,6 +417,8 @@ class ResourceProxy:
             outcome.set("ownership_check_failed")
             return self._unavailable_response()
         if status == 404:
+            if missing_ok:
+                return None
             outcome.set("upstream")
             return self._status(self._not_found(info))
         if status != 200:
@@ -400,6 +444,7 @@ class ResourceProxy:
     ) -> web.StreamResponse:
         """A named GET in owned mode: the object is fetched and shown only if this client owns it."""
         assert self.owner is not None
+        headers.popall("Accept-Encoding", None)  # the proxy reads the object to check its labels
         upstream = await self._send("GET", path_qs, headers, None, outcome)
         if upstream.status != 200:
             return await self._answer(request, upstream, outcome)

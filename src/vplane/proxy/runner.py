@@ -47,7 +47,8 @@ class PeerInfo:
     name: str
     labels: dict[str, str]
     endpoints: tuple[str, ...]
-    session: str = ""
+    instance: str = ""
+    """The peer process's own id: a restarted replica is a new host even on the same endpoints."""
 
 
 PeerFeed = Callable[[], AsyncIterator[PeerSnapshot]]
@@ -64,7 +65,7 @@ def target_hosts(snapshot: PeerSnapshot, target: ProxyTarget) -> list[Host]:
             continue
         if peer.labels.get(PROJECT_LABEL) != target.target_project:
             continue
-        key = "|".join((peer.peer_id, peer.session, *peer.endpoints))
+        key = "|".join((peer.peer_id, peer.instance, *peer.endpoints))
         hosts.append(Host(peer.peer_id, peer.name, key))
     return hosts
 
@@ -145,16 +146,24 @@ class ProxyRunner:
                     proxy.cache.subscription_up()
 
     async def _stale_watch(self) -> None:
-        """Say once when the cached list has aged out after the subscription dropped."""
+        """Say once, per proxy, when the cached list has aged out after the subscription dropped.
+
+        It keeps looking after the tolerance until a fresh list cancels it: a subscription that comes back
+        without a list and drops again restarts the tolerance (``PeerCache.subscription_down``), and a
+        single look at the first drop's deadline would then miss the outage for good."""
         await asyncio.sleep(self.settings.peers.stale_after_seconds)
-        for proxy in self.proxies:
-            if proxy.cache.stale():
+        pending = [p for p in self.proxies if p.cache.received]
+        while pending:
+            for proxy in [p for p in pending if p.cache.stale()]:
+                pending.remove(proxy)
                 age = proxy.cache.list_age()
                 proxy.log.error(
                     "peer watch subscription is down and no fresh netmap is available; requests to the "
                     "target fail with 503 until it recovers",
                     lastNetmapAge=f"{age:.0f}s" if age is not None else "never",
                 )
+            if pending:
+                await asyncio.sleep(min(1.0, self.settings.peers.stale_after_seconds / 4))
 
     async def _startup(self, proxy: ResourceProxy) -> None:
         """Wait for the first peer list (up to a minute), then probe the target once."""

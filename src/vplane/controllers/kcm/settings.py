@@ -1,0 +1,72 @@
+"""Settings of the controller manager: which controllers run and every limit and timing they use."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vplane.controllers.informer import InformerSettings
+from vplane.controllers.kcm.events import EventSettings
+from vplane.controllers.workqueue import WorkQueueSettings
+
+
+class ControllerManagerSettings(BaseModel):
+    """Defaults are kube-controller-manager's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    controllers: list[str] = Field(default_factory=lambda: ["*"])
+    """Upstream's ``--controllers``: ``*`` is every controller on by default, ``name`` turns one on,
+    ``-name`` turns one off."""
+    concurrent_deployment_syncs: int = Field(default=5, ge=1)
+    """Deployments reconciled at once (workers of the deployment controller)."""
+    concurrent_replicaset_syncs: int = Field(default=5, ge=1)
+    """ReplicaSets reconciled at once."""
+    concurrent_rc_syncs: int = Field(default=5, ge=1)
+    """ReplicationControllers reconciled at once."""
+    concurrent_endpoint_syncs: int = Field(default=5, ge=1)
+    """Services whose Endpoints are computed at once."""
+    concurrent_serviceaccount_syncs: int = Field(default=1, ge=1)
+    """Namespaces checked for their ``default`` ServiceAccount at once."""
+    concurrent_root_ca_syncs: int = Field(default=1, ge=1)
+    """Namespaces checked for ``kube-root-ca.crt`` at once."""
+    burst_replicas: int = Field(default=500, ge=1)
+    """Most pods a ReplicaSet creates or deletes in one sync (``BurstReplicas``)."""
+    slow_start_initial_batch: int = Field(default=1, ge=1)
+    """Creates go in batches of 1, 2, 4, ... so a refused first create costs one request, not hundreds."""
+    expectations_timeout_seconds: float = Field(default=300.0, gt=0)
+    """How long a ReplicaSet waits to see its own creates and deletes before acting again regardless."""
+    endpoints_max_capacity: int = Field(default=1000, ge=1)
+    """Addresses one Endpoints object holds; beyond it they are truncated and annotated ``over-capacity``."""
+    endpoint_updates_batch_seconds: float = Field(default=0.0, ge=0)
+    """Delay that lets pod changes for one Service be written together (``EndpointUpdatesBatchPeriod``)."""
+    informer: InformerSettings = Field(default_factory=InformerSettings)
+    queue: WorkQueueSettings = Field(default_factory=WorkQueueSettings)
+    events: EventSettings = Field(default_factory=EventSettings)
+    field_manager: str = "kube-controller-manager"
+    """The field manager of every write, as upstream's controllers appear in ``managedFields``."""
+
+    # -- Job, CronJob and TTL-after-finished controllers (issue 9, batch) --------------------------------
+    concurrent_job_syncs: int = Field(default=5, ge=1)
+    """Jobs reconciled at once (``--concurrent-job-syncs``)."""
+    concurrent_cron_job_syncs: int = Field(default=5, ge=1)
+    """CronJobs reconciled at once (``--concurrent-cron-job-syncs``)."""
+    concurrent_ttl_after_finished_syncs: int = Field(default=5, ge=1)
+    """Finished Jobs checked for their TTL at once (``--concurrent-ttl-after-finished-syncs``)."""
+    job_sync_batch_seconds: float = Field(default=1.0, ge=0)
+    """Pod changes and Job status updates are folded into one Job sync this long (``syncJobBatchPeriod``);
+    spec changes sync at once."""
+    job_pod_failure_backoff_seconds: float = Field(default=10.0, gt=0)
+    """Wait before replacing a Job's failed pod; doubles with each further failure since the last success
+    (``DefaultJobPodFailureBackOff``)."""
+    job_pod_failure_backoff_max_seconds: float = Field(default=600.0, gt=0)
+    """The cap on that wait (``MaxJobPodFailureBackOff``: 10 minutes in the controller's code; the
+    Job documentation still says six)."""
+    job_max_uncounted_pods: int = Field(default=500, ge=1)
+    """Finished pods one sync moves through ``status.uncountedTerminatedPods`` (``MaxUncountedPods``)."""
+    job_max_pod_create_delete_per_sync: int = Field(default=500, ge=1)
+    """Most pods one Job sync creates or deletes (``MaxPodCreateDeletePerSync``)."""
+    cronjob_next_schedule_delta_seconds: float = Field(default=0.1, ge=0)
+    """Added to the wait for a CronJob's next time, so a clock slightly behind still finds it due."""
+    cronjob_default_time_zone: str = ""
+    """The zone of schedules without ``spec.timeZone``: empty is this process's local zone, as
+    kube-controller-manager uses its own (``TZ``, else ``/etc/localtime``, else UTC)."""
