@@ -17,6 +17,7 @@ import structlog
 
 from vplane.controllers.client import KubeAPI, Resource, TransportError
 from vplane.controllers.kcm.context import Clock, ControllerContext, ManagedController
+from vplane.controllers.kcm.daemonset import DaemonSetController
 from vplane.controllers.kcm.deployment import DeploymentController
 from vplane.controllers.kcm.endpoints import EndpointsController
 from vplane.controllers.kcm.events import EventBroadcaster
@@ -25,6 +26,7 @@ from vplane.controllers.kcm.replicaset import REPLICATION_CONTROLLER_KIND, Repli
 from vplane.controllers.kcm.resources import REPLICATIONCONTROLLERS
 from vplane.controllers.kcm.serviceaccounts import RootCAPublisher, ServiceAccountsController
 from vplane.controllers.kcm.settings import ControllerManagerSettings
+from vplane.controllers.kcm.statefulset import StatefulSetController
 from vplane.kube.errors import StatusError
 
 log = structlog.get_logger("vplane.controllers.kcm")
@@ -47,6 +49,8 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "endpoint": ControllerSpec(EndpointsController),
     "serviceaccount": ControllerSpec(ServiceAccountsController),
     "root-ca-cert-publisher": ControllerSpec(RootCAPublisher, needs_root_ca=True),
+    "statefulset": ControllerSpec(StatefulSetController),
+    "daemonset": ControllerSpec(DaemonSetController),
 }
 """Controller names as kube-controller-manager's ``--controllers`` spells them."""
 
