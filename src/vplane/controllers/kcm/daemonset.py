@@ -152,7 +152,8 @@ class DaemonSetController(ManagedController):
         ):
             return
         for ds in self.sets.objects():
-            if dsu.node_should_run(old, ds) != dsu.node_should_run(new, ds):
+            placement = dsu.Placement.of(ds)
+            if placement.should_run(old) != placement.should_run(new):
                 self.enqueue(object_key(ds))
 
     def _revision_added(self, revision: Obj) -> None:
@@ -194,7 +195,7 @@ class DaemonSetController(ManagedController):
             self.expectations.forget(key)
             return None
         ds = copy.deepcopy(cached)
-        nodes = [copy.deepcopy(n) for n in self.nodes.objects()]
+        nodes = self.nodes.objects()  # read only: nothing below changes a node
         if podutil.spec(ds).get("selector") == {}:
             self.recorder.event(
                 ds,

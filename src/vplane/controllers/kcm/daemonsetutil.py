@@ -173,27 +173,45 @@ def is_pod_updated(pod: Obj, hash_: str, generation: int | None) -> bool:
 # -- which nodes -------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What decides where a DaemonSet's pods may run, worked out once per DaemonSet and sync (the
+    controller asks it for every node, several times a sync)."""
+
+    node_name: str
+    affinity: RequiredNodeAffinity
+    tolerations: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def of(cls, ds: Obj) -> Placement:
+        spec = copy.deepcopy(((podutil.spec(ds).get("template") or {}).get("spec")) or {})
+        add_daemon_tolerations(spec)
+        return cls(
+            str(spec.get("nodeName") or ""),
+            RequiredNodeAffinity.of(spec),
+            tuple(t for t in spec.get("tolerations") or () if isinstance(t, dict)),
+        )
+
+    def should_run(self, node: Obj) -> tuple[bool, bool]:
+        """``NodeShouldRunDaemonPod``: (should a pod be created here, may a pod here keep running)."""
+        name = podutil.name_of(node)
+        if self.node_name and self.node_name != name:
+            return False, False
+        if not self.affinity.matches(podutil.labels_of(node), name):
+            return False, False
+        taints = [t for t in podutil.spec(node).get("taints") or () if isinstance(t, dict)]
+        tolerations = list(self.tolerations)
+        blocking = untolerated_taint(
+            taints, tolerations, lambda t: t.get("effect") in ("NoSchedule", "NoExecute")
+        )
+        if blocking is not None:
+            evicting = untolerated_taint(taints, tolerations, lambda t: t.get("effect") == "NoExecute")
+            return False, evicting is None
+        return True, True
+
+
 def node_should_run(node: Obj, ds: Obj) -> tuple[bool, bool]:
-    """``NodeShouldRunDaemonPod``: (should a pod be created here, may a pod here keep running)."""
-    name = podutil.name_of(node)
-    template_spec = dict(((podutil.spec(ds).get("template") or {}).get("spec")) or {})
-    wanted_node = template_spec.get("nodeName")
-    if wanted_node and wanted_node != name:
-        return False, False
-    spec = copy.deepcopy(template_spec)
-    spec["nodeName"] = name
-    add_daemon_tolerations(spec)
-    if not RequiredNodeAffinity.of(spec).matches(podutil.labels_of(node), name):
-        return False, False
-    taints = [t for t in podutil.spec(node).get("taints") or () if isinstance(t, dict)]
-    tolerations: list[Mapping[str, Any]] = [t for t in spec.get("tolerations") or () if isinstance(t, dict)]
-    blocking = untolerated_taint(
-        taints, tolerations, lambda t: t.get("effect") in ("NoSchedule", "NoExecute")
-    )
-    if blocking is not None:
-        evicting = untolerated_taint(taints, tolerations, lambda t: t.get("effect") == "NoExecute")
-        return False, evicting is None
-    return True, True
+    return Placement.of(ds).should_run(node)
 
 
 def _creation_order(pod: Obj) -> tuple[int, float, str]:
@@ -318,10 +336,11 @@ def pods_should_be_on_node(
     now: float,
     backoff: FailedPodBackoff,
     decision: Decision,
+    placement: Placement | None = None,
 ) -> None:
     """``podsShouldBeOnNode``: adds to ``decision`` what this node needs."""
     name = podutil.name_of(node)
-    should_run, should_continue = node_should_run(node, ds)
+    should_run, should_continue = (placement or Placement.of(ds)).should_run(node)
     pods = node_pods.get(name)
     if should_run and pods is None:
         decision.create_on.append(name)
@@ -398,8 +417,9 @@ def manage(
 ) -> Decision:
     """``manage``: every node's needs, and the unscheduled pods aimed at nodes that no longer exist."""
     decision = Decision()
+    placement = Placement.of(ds)
     for node in nodes:
-        pods_should_be_on_node(node, node_pods, ds, hash_, now, backoff, decision)
+        pods_should_be_on_node(node, node_pods, ds, hash_, now, backoff, decision, placement)
     names = {podutil.name_of(n) for n in nodes}
     for node_name, pods in node_pods.items():
         if node_name in names:
@@ -437,8 +457,9 @@ def rolling_update(
     by_name = {podutil.name_of(n): n for n in nodes}
     pods_by_node: dict[str, list[Obj]] = {k: list(v) for k, v in node_pods.items()}
     desired = 0
+    placement = Placement.of(ds)
     for node in nodes:
-        if node_should_run(node, ds)[0]:
+        if placement.should_run(node)[0]:
             desired += 1
             pods_by_node.setdefault(podutil.name_of(node), [])
     max_surge = surge_count(ds, desired)
@@ -491,7 +512,7 @@ def rolling_update(
         if old is None:
             continue
         target = by_name.get(node_name)
-        runs_here = target is not None and node_should_run(target, ds)[0]
+        runs_here = target is not None and placement.should_run(target)[0]
         if new is None:
             if not available(old):
                 if not runs_here:
@@ -527,8 +548,9 @@ def status_counts(
     desired = current = misscheduled = ready = updated = available = 0
     generation = template_generation(ds)
     min_ready = min_ready_seconds(ds)
+    placement = Placement.of(ds)
     for node in nodes:
-        should_run, _ = node_should_run(node, ds)
+        should_run, _ = placement.should_run(node)
         pods = node_pods.get(podutil.name_of(node)) or []
         if should_run:
             desired += 1
