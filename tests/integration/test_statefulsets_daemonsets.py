@@ -5,8 +5,9 @@ OnDelete, Parallel pod management with the claim retention policy, and DaemonSet
 eligible node (node selectors, taints, the tolerations upstream adds, nodes joining and leaving), rolling
 them without and with surge.
 
-No kubelet runs here: Node objects are created by the tests, the scheduler binds pods to them, and the
-test plays the kubelet by setting pod status through ``pods/status`` (``mark_ready``, :class:`Kubelet`).
+Most tests run no kubelet: Node objects are created by the tests, the scheduler binds pods to them, and the
+test plays the kubelet by setting pod status through ``pods/status`` (``mark_ready``, :class:`Kubelet`). The
+last test runs both kinds on ``vplane cluster start``, whose node runtime runs the pods as processes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import orjson
 import pytest
 import yaml
+from test_runtime import Cluster
 
 from harness import APIServerProcess, Kubectl
 
@@ -149,6 +151,12 @@ def statefulset_yaml(name: str, replicas: int, image: str = "nginx:1.27", **spec
         "metadata": {"name": name},
         "spec": {"clusterIP": "None", "selector": {"app": name}, "ports": [{"port": 80}]},
     }
+    container: dict[str, Any] = {"name": "web", "image": image, "ports": [{"containerPort": 80}]}
+    mounts = [
+        {"name": c["metadata"]["name"], "mountPath": "/data"} for c in spec.get("volumeClaimTemplates", [])
+    ]
+    if mounts:  # a mount of a claim template, which is not a volume of the template (validation allows it)
+        container["volumeMounts"] = mounts
     body = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -159,7 +167,7 @@ def statefulset_yaml(name: str, replicas: int, image: str = "nginx:1.27", **spec
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "web", "image": image, "ports": [{"containerPort": 80}]}]},
+                "spec": {"containers": [container]},
             },
             **spec,
         },
@@ -643,3 +651,79 @@ def test_daemonset_surge_and_on_delete(
             "the deleted pod replaced at the new template",
         )
         wait_for(lambda: ds(server, ns, "agent")["status"].get("updatedNumberScheduled") == 1, "one updated")
+
+
+# -- on the node runtime ---------------------------------------------------------------------------------------
+
+
+def test_statefulset_and_daemonset_on_the_node_runtime(kubectl_path: str, tmp_path: Path) -> None:
+    """``vplane cluster start``: the pods run as processes, become Ready on their own, and the rollouts
+    complete as kubectl waits for them; claims are directories the pods write to."""
+    cluster = Cluster(tmp_path / "cluster").start()
+    try:
+        k = Kubectl(kubectl_path, cluster.kubeconfig, tmp_path / "cache")
+        k.run("create", "namespace", "apps")
+        # no container engine: a mountPath is a link under $VPLANE_ROOT; HOSTNAME is the pod's hostname
+        writer = 'echo "$HOSTNAME" > "$VPLANE_ROOT/www/id" && exec sleep 3600'
+        body = yaml.safe_load(
+            statefulset_yaml("web", 2, image="busybox", volumeClaimTemplates=CLAIMS).split("---")[1]
+        )
+        container = body["spec"]["template"]["spec"]["containers"][0]
+        container.update(
+            command=["sh", "-c", writer],
+            volumeMounts=[{"name": "www", "mountPath": "/www"}],
+            readinessProbe={
+                "exec": {"command": ["sh", "-c", 'test -s "$VPLANE_ROOT/www/id"']},
+                "periodSeconds": 1,
+            },
+        )
+        container.pop("ports")
+        k.apply(yaml.safe_dump(body), "-n", "apps")
+        k.apply(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "metadata": {"name": "agent"},
+                    "spec": {
+                        "selector": {"matchLabels": {"app": "agent"}},
+                        "template": {
+                            "metadata": {"labels": {"app": "agent"}},
+                            "spec": {
+                                "containers": [
+                                    {"name": "agent", "image": "busybox", "command": ["sleep", "3600"]}
+                                ]
+                            },
+                        },
+                    },
+                }
+            ),
+            "-n",
+            "apps",
+        )
+        out = k.run("rollout", "status", "sts/web", "-n", "apps", "--timeout=60s", timeout=90).out
+        assert out.strip().endswith("partitioned roll out complete: 2 new pods have been updated...")
+        out = k.run("rollout", "status", "ds/agent", "-n", "apps", "--timeout=60s", timeout=90).out
+        assert out.strip().endswith('daemon set "agent" successfully rolled out')
+        listed = json.loads(k.run("get", "pods", "-n", "apps", "-o", "json").out)["items"]
+        assert sorted(
+            (p["metadata"]["name"].split("-")[0], p["spec"]["nodeName"], p["status"]["phase"]) for p in listed
+        ) == [
+            ("agent", "node-a", "Running"),
+            ("web", "node-a", "Running"),
+            ("web", "node-a", "Running"),
+        ]
+        for ordinal in (0, 1):  # each pod wrote its stable name into its own claim
+            claim = cluster.node_dir / "claims" / "apps" / f"www-web-{ordinal}" / "id"
+            assert claim.read_text().strip() == f"web-{ordinal}"
+        k.run("scale", "sts", "web", "-n", "apps", "--replicas=0")
+        wait_for(
+            lambda: (
+                not json.loads(k.run("get", "pods", "-n", "apps", "-l", "app=web", "-o", "json").out)["items"]
+            ),
+            "web pods stopped and gone",
+            within=60,
+        )
+    finally:
+        cluster.stop()
+        cluster.assert_no_leftovers()

@@ -156,6 +156,21 @@ class ReplicaSetStrategy(GenerationStrategy):
         return {"status.replicas": str(d(obj.get("status")).get("replicas", 0))}
 
 
+def _with_claim_volumes(obj: Obj) -> Obj:
+    """The set as its pods will be: each ``volumeClaimTemplates`` entry a volume of the template, so mounts
+    of a claim validate (upstream leaves a StatefulSet's pod spec unvalidated for this very reason)."""
+    spec = d(obj.get("spec"))
+    template = d(spec.get("template"))
+    pod_spec = d(template.get("spec"))
+    claims = [d(d(c).get("metadata")).get("name") for c in lst(spec.get("volumeClaimTemplates"))]
+    present = {d(v).get("name") for v in lst(pod_spec.get("volumes"))}
+    extra = [{"name": n, "persistentVolumeClaim": {"claimName": n}} for n in claims if n and n not in present]
+    if not extra or not pod_spec:
+        return obj
+    volumes = [*lst(pod_spec.get("volumes")), *extra]
+    return {**obj, "spec": {**spec, "template": {**template, "spec": {**pod_spec, "volumes": volumes}}}}
+
+
 class StatefulSetStrategy(GenerationStrategy):
     def default(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
@@ -184,7 +199,7 @@ class StatefulSetStrategy(GenerationStrategy):
         podspec.default_template(spec.get("template"))
 
     def validate(self, obj: Obj, old: Obj | None) -> list[Cause]:
-        causes = _workload_common(obj, "statefulset")
+        causes = _workload_common(_with_claim_volumes(obj), "statefulset")
         spec = d(obj.get("spec"))
         causes += [
             {**c, "field": "spec.podManagementPolicy"}
