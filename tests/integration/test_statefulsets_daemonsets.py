@@ -533,6 +533,9 @@ def test_one_pod_per_eligible_node(server: APIServerProcess, kubectl: Kubectl, n
     pod = next(iter(pods(server, ns).values()))
     assert pod["metadata"]["generateName"] == "agent-"
     assert pod["metadata"]["labels"]["controller-revision-hash"]
+    assert pod["metadata"]["labels"]["pod-template-generation"] == "1"
+    annotations = ds(server, ns, "agent")["metadata"]["annotations"]
+    assert annotations["deprecated.daemonset.template.generation"] == "1"
     terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms == {
         "nodeSelectorTerms": [
@@ -599,6 +602,7 @@ def test_daemonset_rolling_update_history_and_undo(
         current = pods(server, ns)
         assert not old & set(current)
         assert {p["spec"]["containers"][0]["image"] for p in current.values()} == {"busybox:1.37"}
+        assert {p["metadata"]["labels"]["pod-template-generation"] for p in current.values()} == {"2"}
         history = k.run("rollout", "history", "ds/agent", "-n", ns).out
         assert [line.split()[0] for line in history.splitlines()[2:] if line.strip()] == ["1", "2"]
         assert (

@@ -250,7 +250,42 @@ class StatefulSetStrategy(GenerationStrategy):
         return causes
 
 
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+"""The internal ``spec.templateGeneration`` as apps/v1 shows it: set by the server, 1 on create and one more
+on every template change; the DaemonSet controller labels pods ``pod-template-generation`` with it."""
+
+
+def _template_generation(obj: Obj) -> int:
+    value = d(d(obj.get("metadata")).get("annotations")).get(TEMPLATE_GENERATION)
+    try:
+        return int(value) if isinstance(value, str) else 0
+    except ValueError:
+        return 0
+
+
+def _set_template_generation(obj: Obj, value: int) -> None:
+    meta = obj.setdefault("metadata", {})
+    annotations = {k: v for k, v in d(meta.get("annotations")).items() if k != TEMPLATE_GENERATION}
+    if value:
+        annotations[TEMPLATE_GENERATION] = str(value)
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+
+
 class DaemonSetStrategy(GenerationStrategy):
+    def prepare_for_create(self, obj: Obj) -> None:
+        _set_template_generation(obj, max(_template_generation(obj), 1))
+
+    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
+        template = copy.deepcopy(d(obj.get("spec")).get("template"))
+        podspec.default_template(template)
+        generation = _template_generation(old)
+        if template != d(old.get("spec")).get("template"):
+            generation += 1
+        _set_template_generation(obj, generation)
+
     def default(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
         if not isinstance(spec, dict):
