@@ -19,6 +19,7 @@ from vplane.controllers.client import KubeAPI, Resource, TransportError
 from vplane.controllers.kcm.context import Clock, ControllerContext, ManagedController
 from vplane.controllers.kcm.cronjob import CronJobController
 from vplane.controllers.kcm.cronjobutil import CRONJOBS
+from vplane.controllers.kcm.daemonset import DaemonSetController
 from vplane.controllers.kcm.deployment import DeploymentController
 from vplane.controllers.kcm.endpoints import EndpointsController
 from vplane.controllers.kcm.events import EventBroadcaster
@@ -29,6 +30,7 @@ from vplane.controllers.kcm.replicaset import REPLICATION_CONTROLLER_KIND, Repli
 from vplane.controllers.kcm.resources import REPLICATIONCONTROLLERS
 from vplane.controllers.kcm.serviceaccounts import RootCAPublisher, ServiceAccountsController
 from vplane.controllers.kcm.settings import ControllerManagerSettings
+from vplane.controllers.kcm.statefulset import StatefulSetController
 from vplane.controllers.kcm.ttlafterfinished import TTLAfterFinishedController
 from vplane.kube.errors import StatusError
 
@@ -55,6 +57,8 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "job": ControllerSpec(JobController, requires=JOBS),
     "cronjob": ControllerSpec(CronJobController, requires=CRONJOBS),
     "ttl-after-finished": ControllerSpec(TTLAfterFinishedController, requires=JOBS),
+    "statefulset": ControllerSpec(StatefulSetController),
+    "daemonset": ControllerSpec(DaemonSetController),
 }
 """Controller names as kube-controller-manager's ``--controllers`` spells them."""
 

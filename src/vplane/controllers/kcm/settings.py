@@ -70,3 +70,15 @@ class ControllerManagerSettings(BaseModel):
     cronjob_default_time_zone: str = ""
     """The zone of schedules without ``spec.timeZone``: empty is this process's local zone, as
     kube-controller-manager uses its own (``TZ``, else ``/etc/localtime``, else UTC)."""
+
+    # -- issue 9 item 2 (apps): the StatefulSet and DaemonSet controllers ------------------------------
+    concurrent_statefulset_syncs: int = Field(default=5, ge=1)
+    """StatefulSets reconciled at once (``--concurrent-statefulset-syncs``)."""
+    concurrent_daemonset_syncs: int = Field(default=2, ge=1)
+    """DaemonSets reconciled at once (``--concurrent-daemonset-syncs``)."""
+    daemonset_burst_replicas: int = Field(default=250, ge=1)
+    """Most pods a DaemonSet creates or deletes in one sync (upstream's ``BurstReplicas`` of 250)."""
+    daemonset_failed_pod_backoff_seconds: float = Field(default=1.0, gt=0)
+    """First wait before a DaemonSet deletes another failed pod on the same node; it doubles each time."""
+    daemonset_failed_pod_backoff_max_seconds: float = Field(default=900.0, gt=0)
+    """The cap on that wait (15 minutes, as kube-controller-manager's failed-pods back-off)."""
