@@ -28,6 +28,7 @@ from vplane.apiserver.kinds import (
     storage,
 )
 from vplane.apiserver.kinds.admission import DefaultStorageClassAdmission, PriorityAdmission
+from vplane.apiserver.kinds.limitranger import LimitRanger
 from vplane.apiserver.kinds.subresources import Subresources
 from vplane.apiserver.registry import Registry, ResourceType
 from vplane.kube import errors
@@ -68,6 +69,9 @@ def attach(server: APIServer) -> None:
     server.admission.add(PriorityAdmission(server.registry, server.objects))
     server.admission.add(DefaultStorageClassAdmission(server.registry, server.objects))
     server.admission.add(certificates.RequesterAdmission())
+    limit_ranger = LimitRanger(server)
+    server.admission.add_mutating(limit_ranger)  # before the policies and webhooks, as upstream orders them
+    server.admission.add(limit_ranger)
 
 
 def builtin_group_versions() -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ from vplane.controllers.kcm.endpoints import EndpointsController
 from vplane.controllers.kcm.events import EventBroadcaster
 from vplane.controllers.kcm.informers import SharedInformers
 from vplane.controllers.kcm.replicaset import REPLICATION_CONTROLLER_KIND, ReplicaSetController
+from vplane.controllers.kcm.resourcequota import ResourceQuotaController
 from vplane.controllers.kcm.resources import REPLICATIONCONTROLLERS
 from vplane.controllers.kcm.serviceaccounts import RootCAPublisher, ServiceAccountsController
 from vplane.controllers.kcm.settings import ControllerManagerSettings
@@ -47,6 +48,7 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "endpoint": ControllerSpec(EndpointsController),
     "serviceaccount": ControllerSpec(ServiceAccountsController),
     "root-ca-cert-publisher": ControllerSpec(RootCAPublisher, needs_root_ca=True),
+    "resourcequota": ControllerSpec(ResourceQuotaController),
 }
 """Controller names as kube-controller-manager's ``--controllers`` spells them."""
 

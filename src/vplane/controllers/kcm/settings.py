@@ -44,3 +44,10 @@ class ControllerManagerSettings(BaseModel):
     events: EventSettings = Field(default_factory=EventSettings)
     field_manager: str = "kube-controller-manager"
     """The field manager of every write, as upstream's controllers appear in ``managedFields``."""
+
+    # -- issue 9 item 2 (policy controllers): quota, endpoint slices, disruption, autoscaling, storage, CSRs
+    concurrent_resource_quota_syncs: int = Field(default=5, ge=1)
+    """ResourceQuotas recomputed at once (``--concurrent-resource-quota-syncs``)."""
+    resource_quota_sync_period_seconds: float = Field(default=300.0, gt=0)
+    """Every quota is recomputed from what exists this often (``--resource-quota-sync-period``), besides
+    the recomputations deletions and finished pods trigger."""
