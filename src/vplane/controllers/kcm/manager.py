@@ -18,7 +18,9 @@ import structlog
 from vplane.controllers.client import KubeAPI, Resource, TransportError
 from vplane.controllers.kcm.context import Clock, ControllerContext, ManagedController
 from vplane.controllers.kcm.deployment import DeploymentController
+from vplane.controllers.kcm.disruption import PODDISRUPTIONBUDGETS, DisruptionController
 from vplane.controllers.kcm.endpoints import EndpointsController
+from vplane.controllers.kcm.endpointslices import ENDPOINTSLICES, EndpointSliceController
 from vplane.controllers.kcm.events import EventBroadcaster
 from vplane.controllers.kcm.informers import SharedInformers
 from vplane.controllers.kcm.replicaset import REPLICATION_CONTROLLER_KIND, ReplicaSetController
@@ -49,6 +51,8 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "serviceaccount": ControllerSpec(ServiceAccountsController),
     "root-ca-cert-publisher": ControllerSpec(RootCAPublisher, needs_root_ca=True),
     "resourcequota": ControllerSpec(ResourceQuotaController),
+    "endpointslice": ControllerSpec(EndpointSliceController, requires=ENDPOINTSLICES),
+    "disruption": ControllerSpec(DisruptionController, requires=PODDISRUPTIONBUDGETS),
 }
 """Controller names as kube-controller-manager's ``--controllers`` spells them."""
 

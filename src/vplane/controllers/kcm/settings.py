@@ -51,3 +51,9 @@ class ControllerManagerSettings(BaseModel):
     resource_quota_sync_period_seconds: float = Field(default=300.0, gt=0)
     """Every quota is recomputed from what exists this often (``--resource-quota-sync-period``), besides
     the recomputations deletions and finished pods trigger."""
+    concurrent_service_endpoint_syncs: int = Field(default=5, ge=1)
+    """Services whose EndpointSlices are computed at once (``--concurrent-service-endpoint-syncs``)."""
+    max_endpoints_per_slice: int = Field(default=100, ge=1, le=1000)
+    """Endpoints one EndpointSlice holds (``--max-endpoints-per-slice``)."""
+    endpointslice_updates_batch_seconds: float = Field(default=0.0, ge=0)
+    """Delay that lets pod changes for one Service be written together (``--endpointslice-updates-batch-period``)."""
