@@ -23,6 +23,7 @@ from vplane.controllers.kcm.endpoints import EndpointsController
 from vplane.controllers.kcm.endpointslices import ENDPOINTSLICES, EndpointSliceController
 from vplane.controllers.kcm.events import EventBroadcaster
 from vplane.controllers.kcm.informers import SharedInformers
+from vplane.controllers.kcm.podautoscaler import HPAS, HorizontalPodAutoscalerController
 from vplane.controllers.kcm.replicaset import REPLICATION_CONTROLLER_KIND, ReplicaSetController
 from vplane.controllers.kcm.resourcequota import ResourceQuotaController
 from vplane.controllers.kcm.resources import REPLICATIONCONTROLLERS
@@ -53,6 +54,7 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "resourcequota": ControllerSpec(ResourceQuotaController),
     "endpointslice": ControllerSpec(EndpointSliceController, requires=ENDPOINTSLICES),
     "disruption": ControllerSpec(DisruptionController, requires=PODDISRUPTIONBUDGETS),
+    "horizontalpodautoscaling": ControllerSpec(HorizontalPodAutoscalerController, requires=HPAS),
 }
 """Controller names as kube-controller-manager's ``--controllers`` spells them."""
 

@@ -57,3 +57,10 @@ class ControllerManagerSettings(BaseModel):
     """Endpoints one EndpointSlice holds (``--max-endpoints-per-slice``)."""
     endpointslice_updates_batch_seconds: float = Field(default=0.0, ge=0)
     """Delay that lets pod changes for one Service be written together (``--endpointslice-updates-batch-period``)."""
+    concurrent_horizontal_pod_autoscaler_syncs: int = Field(default=5, ge=1)
+    """HorizontalPodAutoscalers reconciled at once (``--concurrent-horizontal-pod-autoscaler-syncs``)."""
+    horizontal_pod_autoscaler_sync_period_seconds: float = Field(default=15.0, gt=0)
+    """How often each HorizontalPodAutoscaler is looked at (``--horizontal-pod-autoscaler-sync-period``)."""
+    horizontal_pod_autoscaler_downscale_stabilization_seconds: float = Field(default=300.0, ge=0)
+    """Scale-down follows the highest recommendation of this window
+    (``--horizontal-pod-autoscaler-downscale-stabilization``)."""
