@@ -156,6 +156,18 @@ def apiserver_controller_manager(
     return _ApiserverHook(enabled, settings, scheduler, scheduler_settings)
 
 
+def server_local_defaults(data_dir: Path, settings: ControllerManagerSettings) -> dict[str, Any]:
+    """What a controller manager beside its API server takes from the server's data directory unless set:
+    where the local-path provisioner keeps volumes, and the cluster CA that signs CSRs."""
+    update: dict[str, Any] = {}
+    if settings.local_path_root is None:
+        update["local_path_root"] = str(data_dir / "volumes")
+    if settings.cluster_signing_cert_file is None and settings.cluster_signing_key_file is None:
+        update["cluster_signing_cert_file"] = str(data_dir / "pki" / "ca.crt")
+        update["cluster_signing_key_file"] = str(data_dir / "pki" / "ca.key")
+    return update
+
+
 class _ApiserverHook:
     def __init__(
         self,
@@ -176,7 +188,9 @@ class _ApiserverHook:
             return
         path = await asyncio.to_thread(loopback_kubeconfig, kubeconfig, url, host, port)
         if self.enabled:
-            self.run = ManagedRun(path, self.settings)
+            self.run = ManagedRun(
+                path, self.settings.model_copy(update=server_local_defaults(kubeconfig.parent, self.settings))
+            )
             await self.run.start()
         if self.scheduler:
             self.scheduling = ManagedScheduler(path, self.scheduler_settings)

@@ -93,7 +93,10 @@ def bootstrap_objects() -> list[Obj]:
 async def bootstrap(server: APIServer) -> None:
     """Create what a fresh cluster has, leaving objects that exist alone (an admin may have changed them)."""
     ctx = server.system_context()
-    for obj in bootstrap_objects():
+    objects = bootstrap_objects()
+    if server.settings.default_storage_class:
+        objects.append(storage.default_storage_class())
+    for obj in objects:
         group, _, version = obj["apiVersion"].rpartition("/")
         rtype = server.registry.for_kind(group, version, obj["kind"])
         if rtype is None or server.objects.get(rtype, "", obj["metadata"]["name"]) is not None:
