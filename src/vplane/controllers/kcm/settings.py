@@ -64,3 +64,22 @@ class ControllerManagerSettings(BaseModel):
     horizontal_pod_autoscaler_downscale_stabilization_seconds: float = Field(default=300.0, ge=0)
     """Scale-down follows the highest recommendation of this window
     (``--horizontal-pod-autoscaler-downscale-stabilization``)."""
+    local_path_root: str | None = None
+    """Directory the ``vplane.io/local-path`` provisioner makes volumes in (``vplane apiserver`` uses
+    ``<data dir>/volumes``); unset, claims of that class wait for another provisioner."""
+    cluster_signing_cert_file: str | None = None
+    """The CA certificate ``csrsigning`` signs with (``--cluster-signing-cert-file``; ``vplane apiserver``
+    gives its own cluster CA). Unset: nothing is signed."""
+    cluster_signing_key_file: str | None = None
+    """That CA's private key (``--cluster-signing-key-file``)."""
+    cluster_signing_duration_seconds: float = Field(default=365 * 24 * 3600.0, ge=600)
+    """Longest lifetime of a signed certificate (``--cluster-signing-duration``); ``expirationSeconds``
+    may ask for less, down to 10 minutes."""
+    csr_approved_expiration_seconds: float = Field(default=3600.0, gt=0)
+    """An approved request is deleted this long after approval (the CSR cleaner)."""
+    csr_denied_expiration_seconds: float = Field(default=3600.0, gt=0)
+    """A denied request is deleted this long after denial."""
+    csr_failed_expiration_seconds: float = Field(default=3600.0, gt=0)
+    """A failed request is deleted this long after failing."""
+    csr_pending_expiration_seconds: float = Field(default=86400.0, gt=0)
+    """A request nobody approved or denied is deleted this long after its creation."""
