@@ -77,11 +77,22 @@ def test_scales_up_to_min_and_reports_missing_metrics(
     assert active is not None and active["reason"] == "FailedGetResourceMetric"
     assert active["message"] == f"the HPA was unable to compute the replica count: {NO_METRICS}"
     assert hpa["status"]["currentReplicas"] == 3 and "lastScaleTime" in hpa["status"]
-    events = {
-        e["reason"]: e
-        for e in events_for(shared_apiserver, namespace, "web")
-        if e["involvedObject"]["kind"] == "HorizontalPodAutoscaler"
-    }
+
+    def hpa_events() -> dict[str, Any]:
+        return {
+            e["reason"]: e
+            for e in events_for(shared_apiserver, namespace, "web")
+            if e["involvedObject"]["kind"] == "HorizontalPodAutoscaler"
+        }
+
+    events = wait_for(
+        lambda: (
+            (found := hpa_events()).keys()
+            >= {"SuccessfulRescale", "FailedGetResourceMetric", "FailedComputeMetricsReplicas"}
+            and found
+        ),
+        "the autoscaler's events",
+    )
     assert (
         events["SuccessfulRescale"]["message"]
         == "New size: 3; reason: Current number of replicas below Spec.MinReplicas"
@@ -118,9 +129,12 @@ def test_missing_target_and_target_at_zero(
         "FailedGetScale",
         'the HPA controller was unable to get the target\'s current scale: deployments.apps "ghost" not found',
     )
-    (event,) = [
-        e for e in events_for(shared_apiserver, namespace, "ghost") if e["reason"] == "FailedGetScale"
-    ]
+    (event,) = wait_for(
+        lambda: [
+            e for e in events_for(shared_apiserver, namespace, "ghost") if e["reason"] == "FailedGetScale"
+        ],
+        "FailedGetScale",
+    )
     assert event["message"] == 'deployments.apps "ghost" not found'
     kubectl.run("create", "deployment", "idle", "--image=nginx", "--replicas=0", "-n", namespace)
     kubectl.run("autoscale", "deployment", "idle", "--min=1", "--max=3", "--cpu=50%", "-n", namespace)

@@ -107,7 +107,14 @@ def test_default_class_and_immediate_provisioning(
     assert path.is_dir()
     assert pv["spec"]["claimRef"]["uid"] == uid and pv["spec"]["persistentVolumeReclaimPolicy"] == "Delete"
     assert pv["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == "vplane.io/local-path"
-    events = {e["reason"]: e for e in events_for(shared_apiserver, namespace, "data")}
+    events = wait_for(
+        lambda: (
+            (found := {e["reason"]: e for e in events_for(shared_apiserver, namespace, "data")}).keys()
+            >= {"Provisioning", "ProvisioningSucceeded"}
+            and found
+        ),
+        "the provisioner's events",
+    )
     assert events["ProvisioningSucceeded"]["message"] == f"Successfully provisioned volume pvc-{uid}"
     assert events["Provisioning"]["source"] == {"component": "vplane.io/local-path"}
     # Delete reclaims the volume and its directory

@@ -252,7 +252,9 @@ class ManagedScheduler:
     default="*",
     show_default=True,
     help="Comma-separated: '*' is every controller, NAME adds one, -NAME removes one "
-    "(deployment, replicaset, replicationcontroller, endpoint, serviceaccount, root-ca-cert-publisher).",
+    "(deployment, replicaset, replicationcontroller, endpoint, endpointslice, serviceaccount, "
+    "root-ca-cert-publisher, resourcequota, disruption, horizontalpodautoscaling, persistentvolume-binder, "
+    "csrsigning, csrcleaner).",
 )
 @click.option(
     "--root-ca-file",
