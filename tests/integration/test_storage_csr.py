@@ -300,3 +300,58 @@ def test_signer_checks_fail_the_request_and_the_cleaner_removes_denied(
     )
     kubectl.run("certificate", "deny", denied_name)
     wait_for(lambda: get_csr(shared_apiserver, denied_name) is None, "the denied request cleaned up")
+
+
+def test_approving_needs_approve_on_the_signer_and_masters_is_refused(
+    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    """Upstream's CertificateApproval and CertificateSubjectRestriction: with a signer that signs whatever
+    is approved, updating ``/approval`` alone must not be enough to mint a client certificate."""
+    user = f"eve-{namespace}"
+    kubectl.apply(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n"
+        f"metadata: {{name: {user}-csr}}\nrules:\n"
+        "- apiGroups: [certificates.k8s.io]\n"
+        "  resources: [certificatesigningrequests, certificatesigningrequests/approval]\n"
+        "  verbs: [create, get, list, update, patch]\n"
+    )
+    kubectl.run("create", "clusterrolebinding", f"{user}-csr", f"--clusterrole={user}-csr", f"--user={user}")
+    name = f"{namespace}-self"
+    request, _ = make_request(user)
+    api(
+        shared_apiserver,
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        csr_manifest(name, request, "kubernetes.io/kube-apiserver-client", ["client auth"]),
+    )
+    refused = kubectl.fails("certificate", "approve", name, f"--as={user}").stderr
+    assert (
+        f'certificatesigningrequests.certificates.k8s.io "{name}" is forbidden: user not permitted to approve '
+        'requests with signerName "kubernetes.io/kube-apiserver-client"'
+    ) in refused
+    assert condition(get_csr(shared_apiserver, name) or {}, "Approved") is None
+    kubectl.apply(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n"
+        f"metadata: {{name: {user}-signer}}\nrules:\n"
+        "- apiGroups: [certificates.k8s.io]\n  resources: [signers]\n"
+        "  resourceNames: [kubernetes.io/*]\n  verbs: [approve]\n"
+    )
+    kubectl.run(
+        "create", "clusterrolebinding", f"{user}-signer", f"--clusterrole={user}-signer", f"--user={user}"
+    )
+    wait_for(
+        lambda: kubectl.run("certificate", "approve", name, f"--as={user}", check=False).code == 0, "approved"
+    )
+    wait_for(lambda: (c := get_csr(shared_apiserver, name)) and c["status"].get("certificate"), "issued")
+    masters, _ = make_request("root", ("system:masters",))
+    code, answer = call(
+        shared_apiserver,
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        csr_manifest(f"{namespace}-root", masters, "kubernetes.io/kube-apiserver-client", ["client auth"]),
+    )
+    assert (code, answer["message"]) == (
+        403,
+        f'certificatesigningrequests.certificates.k8s.io "{namespace}-root" is forbidden: use of '
+        "kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed",
+    )

@@ -28,6 +28,7 @@ from vplane.apiserver.kinds import (
     storage,
 )
 from vplane.apiserver.kinds.admission import DefaultStorageClassAdmission, PriorityAdmission
+from vplane.apiserver.kinds.csradmission import CertificateAdmission
 from vplane.apiserver.kinds.limitranger import LimitRanger
 from vplane.apiserver.kinds.subresources import Subresources
 from vplane.apiserver.registry import Registry, ResourceType
@@ -69,6 +70,7 @@ def attach(server: APIServer) -> None:
     server.admission.add(PriorityAdmission(server.registry, server.objects))
     server.admission.add(DefaultStorageClassAdmission(server.registry, server.objects))
     server.admission.add(certificates.RequesterAdmission())
+    server.admission.add(CertificateAdmission(server.authorize))
     limit_ranger = LimitRanger(server)
     server.admission.add_mutating(limit_ranger)  # before the policies and webhooks, as upstream orders them
     server.admission.add(limit_ranger)
