@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -57,6 +58,7 @@ def platform_settings(**extra: Any) -> dict[str, Any]:
         # The agents run as pods here: the tests' default of no replicas is not wanted.
         "agent_values": json.dumps(FAST_PROBE),
         "agent_release_recheck_seconds": 1,
+        "agent_release_stuck_seconds": 3,
     }
     settings.update(extra)
     return settings
@@ -344,3 +346,179 @@ def test_agent_pod_conditions_from_the_runtime(plat: Env, node_cluster: NodeClus
         plat.wait_status("direct", "Initialized", "", timeout=90)
     finally:
         disconnect(plat, node_cluster, ck, "direct")
+
+
+# -- item 7: upgrades through the bridge proxy-only-agent --------------------------------------------------
+
+
+def deployments(ck: Kubectl, namespace: str = NS) -> set[str]:
+    """The runbook's `kubectl get deployments -n vcluster-platform loft proxy-only-agent`, as names."""
+    out = ck.run(
+        "get", "deployments", "-n", namespace, "loft", "proxy-only-agent", "-o", "name", check=False
+    ).stdout
+    return {line.split("/", 1)[1] for line in out.split()}
+
+
+def history(cluster: NodeCluster, namespace: str = NS) -> list[dict[str, Any]]:
+    out = helm_on(cluster, "history", "loft", "-n", namespace, "-o", "json").stdout
+    entries: list[dict[str, Any]] = json.loads(out)
+    return entries
+
+
+@pytest.mark.timeout(300)
+def test_upgrade_through_the_bridge(
+    plat: Env, node_cluster: NodeCluster, ck: Kubectl, tmp_path: Path
+) -> None:
+    """An agent installed from a chart of another version: the platform deploys proxy-only-agent, upgrades
+    the release through the bridge's own tunnel session, and removes it; `helm history` shows the upgrade
+    and no bridge is left."""
+    connect(plat, node_cluster, "upgraded", chart=old_chart(tmp_path))
+    try:
+        plat.wait_status("upgraded", "Initialized", "", timeout=120)
+        eventually(
+            lambda: any(
+                r["chart"] == "vplane-agent-0.1.0" and r["status"] == "deployed"
+                for r in history(node_cluster)
+            ),
+            60,
+            "the release upgraded to the platform's chart",
+        )
+        revisions = history(node_cluster)
+        assert revisions[0]["chart"] == "vplane-agent-0.0.9"
+        assert revisions[-1]["description"] == "Upgrade complete", revisions
+        eventually(lambda: deployments(ck) == {"loft"}, 60, "the bridge removed")
+        log = platform_log(plat)
+        assert "bridge deployed" in log
+        assert "upgrading the agent release through the bridge" in log
+        assert "agent release upgraded through the bridge; removing it" in log
+        plat.wait_status("upgraded", "Initialized", "")
+    finally:
+        disconnect(plat, node_cluster, ck, "upgraded")
+
+
+@pytest.mark.timeout(420)
+def test_bridge_that_cannot_come_online(
+    tmp_path: Path, kubectl_path: str, node_cluster: NodeCluster, ck: Kubectl
+) -> None:
+    """While the bridge cannot come online (its image cannot be pulled) it is left, the agent is not
+    touched and the status keeps what it said; after the (shrunk) timeout the real error is
+    DeployProxyOnlyAgent naming ImagePullBackOff; with a good image the upgrade completes."""
+    e = Env(tmp_path / "p", kubectl_path, **platform_settings())
+    try:
+        connect(e, node_cluster, "stuck")
+        e.wait_status("stuck", "Initialized", "", timeout=90)
+        # An older platform's agent: the release downgraded by hand while the platform is away.
+        e.proc.stop()
+        helm_on(node_cluster, "upgrade", "loft", str(old_chart(tmp_path)), "-n", NS, "--reuse-values")
+        agent_pods = {p["metadata"]["name"] for p in pods_json(ck)}
+
+        # The platform's Extra Agent Values now name an image the node cannot pull: so does the bridge.
+        bad = json.dumps({**FAST_PROBE, "image": {"repository": BAD_IMAGE}})
+        e.proc.start(agent_values=bad)
+        eventually(lambda: "proxy-only-agent" in deployments(ck), 60, "the bridge deployed")
+        eventually(
+            lambda: any(
+                "ImagePull" in json.dumps(p.get("status", {})) for p in pods_json(ck, "app=proxy-only-agent")
+            ),
+            60,
+            "the bridge's pod failing to pull",
+        )
+        eventually(lambda: "waiting for the bridge's tunnel session" in platform_log(e), 30, "waiting")
+        # The wait writes nothing: the status keeps what the pass before the upgrade wrote (here the
+        # Offline of the moment the restarted platform had no session yet, as the runbook warns).
+        before = e.status("stuck")
+        assert before[1] != "DeployProxyOnlyAgent"
+        for _ in range(5):
+            time.sleep(0.5)
+            assert e.status("stuck") == before
+        assert deployments(ck) == {"loft", "proxy-only-agent"}
+        assert history(node_cluster)[-1]["chart"] == "vplane-agent-0.0.9"
+        assert set(ready_pods(ck)) == agent_pods  # the primary agent untouched (Ready: it is connected)
+
+        e.proc.stop()
+        e.proc.start(agent_bridge_timeout_seconds=1)
+        message = e.wait_status("stuck", "Failed", "DeployProxyOnlyAgent", timeout=60)
+        assert "proxy-only-agent" in message and "ImagePullBackOff" in message and BAD_IMAGE in message
+
+        e.proc.stop()
+        e.proc.start(agent_values=json.dumps(FAST_PROBE), agent_bridge_timeout_seconds=300)
+        e.wait_status("stuck", "Initialized", "", timeout=120)
+        eventually(lambda: history(node_cluster)[-1]["chart"] == "vplane-agent-0.1.0", 60, "upgraded")
+        eventually(lambda: deployments(ck) == {"loft"}, 60, "the bridge removed")
+        assert "bridge refreshed" in platform_log(e)
+    finally:
+        disconnect(e, node_cluster, ck, "stuck")
+        e.stop()
+
+
+@pytest.mark.timeout(300)
+def test_stuck_pending_upgrade_is_rolled_back(plat: Env, node_cluster: NodeCluster, ck: Kubectl) -> None:
+    """A helm upgrade interrupted while it waited leaves the release pending-upgrade (every later upgrade
+    fails with "another operation is in progress"): after agent_release_stuck_seconds the platform rolls it
+    back to the last deployed revision, and the agent is as the platform wants it again."""
+    connect(plat, node_cluster, "pending")
+    try:
+        plat.wait_status("pending", "Initialized", "", timeout=90)
+        helm_cmd = [str(HELM), "--kubeconfig", str(node_cluster.kubeconfig), "upgrade", "loft", str(CHART)]
+        helm_cmd += ["-n", NS, "--reuse-values", "--set", f"image.repository={BAD_IMAGE}"]
+        helm_cmd += ["--wait", "--timeout", "10m"]
+        proc = subprocess.Popen(helm_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            eventually(lambda: history(node_cluster)[-1]["status"] == "pending-upgrade", 60, "pending")
+        finally:
+            proc.kill()  # interrupted: the release stays pending-upgrade
+            proc.wait()
+        eventually(
+            lambda: history(node_cluster)[-1]["description"].startswith("Rollback to"), 60, "rolled back"
+        )
+        entries = history(node_cluster)
+        assert entries[-2]["status"] == "pending-upgrade" and entries[-1]["status"] == "deployed", entries
+        log = platform_log(plat)
+        assert "the agent release has an operation pending; waiting before recovering it" in log
+        assert "the agent release is stuck; rolling back" in log
+        image = ck.run(
+            "get", "deployment", "loft", "-n", NS, "-o", "jsonpath={.spec.template.spec.containers[0].image}"
+        ).stdout
+        assert image == "ghcr.io/vplane/vplane:0.1.0"
+        plat.wait_status("pending", "Initialized", "")
+    finally:
+        disconnect(plat, node_cluster, ck, "pending")
+
+
+@pytest.mark.timeout(300)
+def test_management_namespace_mismatch(plat: Env, node_cluster: NodeCluster, ck: Kubectl) -> None:
+    """The agent installed in a custom namespace the Cluster does not name: InitializeCluster says the
+    release does not exist where it looked and where the agent runs (no fallback beyond loft and
+    vcluster-platform); naming it clears that. Moved to the legacy `loft`, the fallback finds it."""
+    printed = plat.vplane("platform", "connect", "cluster", "moved").stdout
+    command = shlex.split(printed.splitlines()[-1])
+    assert command[:2] == ["helm", "upgrade"]
+
+    def install(namespace: str) -> None:
+        args = [a if a != NS else namespace for a in command[1:]]
+        helm_on(node_cluster, *args)
+
+    install("agents")
+    try:
+        message = plat.wait_status("moved", "Failed", "InitializeCluster", timeout=90)
+        assert 'Helm release "loft" does not exist in namespace vcluster-platform, loft' in message
+        assert "the connected agent runs in namespace agents" in message
+        plat.k.run(
+            "patch", "cluster.management.loft.sh", "moved", "--type=merge",
+            "-p", '{"spec":{"managementNamespace":"agents"}}',
+        )  # fmt: skip
+        plat.wait_status("moved", "Initialized", "", timeout=60)
+
+        # The legacy namespace: found although spec.managementNamespace says vcluster-platform.
+        helm_on(node_cluster, "uninstall", "loft", "-n", "agents")
+        install("loft")
+        plat.k.run(
+            "patch", "cluster.management.loft.sh", "moved", "--type=merge",
+            "-p", '{"spec":{"managementNamespace":"vcluster-platform"}}',
+        )  # fmt: skip
+        eventually(lambda: len(ready_pods(ck, namespace="loft")) == 1, 90, "the agent in loft Ready")
+        plat.wait_status("moved", "Initialized", "", timeout=90)
+        assert "the agent release is in a default namespace" in platform_log(plat)
+    finally:
+        disconnect(plat, node_cluster, ck, "moved", namespace="loft")
+        helm_on(node_cluster, "uninstall", "loft", "-n", "agents", "--ignore-not-found", check=False)

@@ -26,6 +26,7 @@ from vplane.platform.clusters.controller import ClusterController, ClusterDeps
 from vplane.platform.clusters.gateway import PREFIX as GATEWAY_PREFIX
 from vplane.platform.clusters.gateway import Gateway
 from vplane.platform.clusters.localclient import PLATFORM_KIND, LocalClient, is_platform_identity
+from vplane.platform.clusters.upgrade import UpgradeBridge
 from vplane.platform.settings import PlatformSettings
 from vplane.support import tls
 from vplane.support.tasks import cancel_and_wait
@@ -120,7 +121,8 @@ class ConnectedClusters:
                 local_kubeconfig=local_kubeconfig,
                 version=vplane.__version__,
                 data_dir=settings.data_dir,
-            )
+            ),
+            apply_release=UpgradeBridge(settings),
         )
         self._tasks.append(asyncio.create_task(self.controller.controller.run(), name="clusters-controller"))
 
