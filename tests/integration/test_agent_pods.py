@@ -469,7 +469,12 @@ def test_stuck_pending_upgrade_is_rolled_back(plat: Env, node_cluster: NodeClust
             proc.kill()  # interrupted: the release stays pending-upgrade
             proc.wait()
         eventually(
-            lambda: history(node_cluster)[-1]["description"].startswith("Rollback to"), 60, "rolled back"
+            lambda: (
+                history(node_cluster)[-1]["description"].startswith("Rollback to")
+                and history(node_cluster)[-1]["status"] == "deployed"
+            ),
+            60,
+            "rolled back",
         )
         entries = history(node_cluster)
         assert entries[-2]["status"] == "pending-upgrade" and entries[-1]["status"] == "deployed", entries
@@ -504,21 +509,109 @@ def test_management_namespace_mismatch(plat: Env, node_cluster: NodeCluster, ck:
         assert 'Helm release "loft" does not exist in namespace vcluster-platform, loft' in message
         assert "the connected agent runs in namespace agents" in message
         plat.k.run(
-            "patch", "cluster.management.loft.sh", "moved", "--type=merge",
-            "-p", '{"spec":{"managementNamespace":"agents"}}',
-        )  # fmt: skip
+            "patch",
+            "cluster.management.loft.sh",
+            "moved",
+            "--type=merge",
+            "-p",
+            '{"spec":{"managementNamespace":"agents"}}',
+        )
         plat.wait_status("moved", "Initialized", "", timeout=60)
 
         # The legacy namespace: found although spec.managementNamespace says vcluster-platform.
         helm_on(node_cluster, "uninstall", "loft", "-n", "agents")
         install("loft")
         plat.k.run(
-            "patch", "cluster.management.loft.sh", "moved", "--type=merge",
-            "-p", '{"spec":{"managementNamespace":"vcluster-platform"}}',
-        )  # fmt: skip
+            "patch",
+            "cluster.management.loft.sh",
+            "moved",
+            "--type=merge",
+            "-p",
+            '{"spec":{"managementNamespace":"vcluster-platform"}}',
+        )
         eventually(lambda: len(ready_pods(ck, namespace="loft")) == 1, 90, "the agent in loft Ready")
         plat.wait_status("moved", "Initialized", "", timeout=90)
         assert "the agent release is in a default namespace" in platform_log(plat)
     finally:
         disconnect(plat, node_cluster, ck, "moved", namespace="loft")
         helm_on(node_cluster, "uninstall", "loft", "-n", "agents", "--ignore-not-found", check=False)
+
+
+# -- item 8: vplane doctor cluster ---------------------------------------------------------------------------
+
+
+def doctor(e: Env, name: str, *args: str) -> str:
+    result = e.vplane("doctor", "cluster", name, *args)
+    return result.stdout
+
+
+@pytest.mark.timeout(420)
+def test_doctor_cluster(plat: Env, node_cluster: NodeCluster, ck: Kubectl) -> None:
+    """`vplane doctor cluster` against real states, read through the platform: a healthy tunnel cluster; its
+    agent's key disabled (NoOnlinePeers; the platform cannot reach the cluster, the cluster's own context
+    shows the agent's refused registration); a cluster whose agent never connected (Offline); a direct
+    cluster whose agent image cannot be pulled (ImagePullBackOff)."""
+    connect(plat, node_cluster, "doc")
+    try:
+        plat.wait_status("doc", "Initialized", "", timeout=90)
+        eventually(lambda: len(ready_pods(ck)) == 1, 60, "the agent pod Ready")
+        out = doctor(plat, "doc")
+        assert "Runbook row: Check the connection status / Initialized with no reason" in out, out
+        assert "agent pods (app=loft): 1" in out and "1/1  Running" in out, out
+        assert "helm revision 1: deployed vplane-agent-0.1.0 (Install complete)" in out, out
+        assert "bridge proxy-only-agent: none" in out, out
+
+        plat.k.run("patch", "accesskey", "cluster-doc", "--type=merge", "-p", '{"spec":{"disabled":true}}')
+        plat.wait_status("doc", "", "NoOnlinePeers", timeout=60)
+        out = doctor(plat, "doc")
+        assert "Runbook row: Failures during reconciliation / status.reason NoOnlinePeers" in out, out
+        assert "cannot be read" in out and "no online agent session" in out, out
+        eventually(
+            lambda: "invalid access key" in ck.run("logs", "-n", NS, "deploy/loft", check=False).stdout,
+            60,
+            "the agent refused",
+        )
+        out = doctor(plat, "doc", "--context", "vplane", "--kubeconfig", str(node_cluster.kubeconfig))
+        assert "The platform cannot reach the cluster" in out, out
+        assert (
+            "Runbook row: Failures before the first connection / Registration fails on an invalid" in out
+        ), out
+        assert "Also matches: Failures during reconciliation / status.reason NoOnlinePeers" in out, out
+        assert "invalid access key: disabled" in out, out
+    finally:
+        disconnect(plat, node_cluster, ck, "doc")
+
+    plat.vplane("platform", "connect", "cluster", "never")  # prints the command; nobody runs it
+    try:
+        plat.wait_status("never", "", "Offline")
+        out = doctor(plat, "never")
+        assert "Runbook row: Failures during reconciliation / status.reason Offline" in out, out
+        assert "tunnel sessions: 0 known to the platform, 0 online" in out, out
+        assert "Failures before the first connection" in out, out
+    finally:
+        plat.k.run("delete", "cluster.management.loft.sh", "never", "--wait=false")
+
+    direct_secret(plat, "doctor-kubeconfig", node_cluster.kubeconfig.read_text())
+    plat.k.apply(
+        yaml.safe_dump(
+            {
+                "apiVersion": "management.loft.sh/v1",
+                "kind": "Cluster",
+                "metadata": {
+                    "name": "pulling",
+                    "annotations": {"loft.sh/agent-values": f"image:\n  repository: {BAD_IMAGE}\n"},
+                },
+                "spec": {
+                    "config": {"secretName": "doctor-kubeconfig", "secretNamespace": NS, "key": "config"}
+                },
+            }
+        )
+    )
+    try:
+        plat.wait_status("pulling", "Initialized", "ImagePullBackOff", timeout=90)
+        out = doctor(plat, "pulling")
+        assert "Runbook row: Failures during reconciliation / A pod condition: ImagePullBackOff" in out, out
+        assert BAD_IMAGE in out and "(direct," in out, out
+        assert "resolution: A standard pod health problem" in out, out
+    finally:
+        disconnect(plat, node_cluster, ck, "pulling")

@@ -38,6 +38,7 @@ from vplane.kube.accesskeys import ADMINS_GROUP, API_VERSION, cluster_key_name
 from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import NodeInfo
 from vplane.platform.clusters import bridge as br
+from vplane.platform.clusters import diagnostics as diag
 from vplane.platform.clusters import status as st
 from vplane.platform.clusters import values as av
 from vplane.platform.clusters.gateway import AGENT_HEALTH_PATH, Gateway, agent_sessions
@@ -321,6 +322,51 @@ class ClusterController:
 
         results = await asyncio.gather(*(one(n) for n in nodes))
         return sum(results)
+
+    # -- diagnosis (vplane doctor cluster) ---------------------------------------------------------
+
+    async def diagnose(self, name: str) -> dict[str, Any]:
+        """The Cluster's ``diagnostics`` subresource: what the platform knows (mode, its mesh client, the
+        agent's tunnel sessions) and what it reads of the cluster through its own connection."""
+        cluster = self.informer.get(name)
+        if cluster is None:
+            raise errors.not_found("clusters", name, CLUSTERS.group)
+        spec = cluster.get("spec") or {}
+        mode = st.mode_of(spec)
+        spec_namespace = st.management_namespace(spec)
+        checked = self._release_checked.get(name)
+        doc: dict[str, Any] = {
+            "mode": mode.value if mode is not None else "",
+            "managementNamespace": spec_namespace,
+            "localClient": {"connected": self.deps.local.available, "error": self.deps.local.error},
+            "sessions": [
+                {
+                    "id": n.id,
+                    "hostname": n.name,
+                    "mode": n.labels.get(br.MODE_LABEL, ""),
+                    "namespace": n.labels.get(br.NAMESPACE_LABEL, ""),
+                    "online": n.online,
+                    "connectedAt": timeutil.rfc3339(n.connected_at) if n.connected_at else "",
+                    "lastSeen": timeutil.rfc3339(n.last_seen) if n.last_seen else "",
+                }
+                for n in agent_sessions(self.deps.nodes(), name)
+            ],
+        }
+        if mode is None or mode is st.Mode.LOCAL:
+            return {**doc, "cluster": None}
+        try:
+            entry = await self._client(name, cluster, mode)
+        except ClientBuildError as exc:
+            return {**doc, "cluster": {"via": "platform", "reachable": False, "error": str(exc)}}
+        helm = Helm(
+            find_helm(self.settings.helm_binary),
+            entry.kubeconfig,
+            self.deps.data_dir / "helm",
+            self.settings.cluster_request_timeout_seconds,
+        )
+        namespace = checked[2] if checked is not None else spec_namespace
+        doc["cluster"] = await diag.collect(entry.client, helm, namespace, "platform")
+        return doc
 
     # -- clients ----------------------------------------------------------------------------------
 

@@ -79,8 +79,12 @@ class Helm:
     home: Path
     """Where helm's cache, config and data live (private to the caller)."""
     timeout_seconds: float = 120.0
+    context: str | None = None
+    """A context of the kubeconfig other than its current one."""
 
     async def run(self, *args: str) -> str:
+        if self.context:
+            args = ("--kube-context", self.context, *args)
         env = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": str(self.home),
