@@ -1,6 +1,7 @@
 """Benchmark the controller manager: how fast workloads act, and what the controllers cost.
 
     .venv/bin/python bench/controllers/run.py [--scale 500] [--rollout 100] [--watched 10000]
+        [--statefulset 100] [--daemonset-nodes 100]
 
 Runs ``vplane apiserver`` (without its built-in controller manager) and ``vplane controller-manager`` as
 two processes, and plays the kubelet itself: every pod it sees created gets a status with an IP and
@@ -10,7 +11,11 @@ two processes, and plays the kubelet itself: every pod it sees created gets a st
    Deployment reports them all available;
 2. roll a ``--rollout``-replica Deployment to a new template (default maxSurge/maxUnavailable 25%): time
    until the rollout is complete (``kubectl rollout status`` would return);
-3. with ``--watched`` pods (spread over namespaces, a Service per 100 of them) in the store: a fresh
+3. a Parallel StatefulSet of ``--statefulset`` replicas: time until all are ready, then until a rolling update
+   (one pod at a time, highest ordinal first) is complete; a DaemonSet on ``--daemonset-nodes`` Node objects:
+   time until every node has an available pod, then until a rolling update with ``maxUnavailable: 10%`` is
+   complete;
+4. with ``--watched`` pods (spread over namespaces, a Service per 100 of them) in the store: a fresh
    controller manager's time to list and sync, its memory (RSS) once synced, and its CPU when idle.
 
 The controller manager's CPU time (user + system, from /proc) is reported for each phase.
@@ -35,7 +40,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from vplane.controllers.client import KubeClient  # noqa: E402
+from vplane.controllers.kcm.daemonsetutil import DAEMONSETS, NODES  # noqa: E402
 from vplane.controllers.kcm.resources import DEPLOYMENTS, NAMESPACES, PODS, SERVICES  # noqa: E402
+from vplane.controllers.kcm.statefulsetutil import STATEFULSETS  # noqa: E402
 from vplane.kube.errors import StatusError  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -222,6 +229,100 @@ async def scale_and_roll(client: KubeClient, kcm: Proc, scale: int, rollout: int
     return results
 
 
+def workload(name: str, image: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": image}]},
+            },
+            **spec,
+        },
+    }
+
+
+async def statefulsets_and_daemonsets(
+    client: KubeClient, kcm: Proc, replicas: int, nodes: int
+) -> dict[str, float]:
+    """Issue 9 item 2's controllers: a Parallel StatefulSet and a DaemonSet, created and rolled."""
+    results: dict[str, float] = {}
+    await client.create(NAMESPACES, {"metadata": {"name": "apps"}})
+    kubelet = Kubelet(client)
+    node = asyncio.create_task(kubelet.run("apps"))
+    image = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.28"}]}}}}
+    try:
+
+        async def sts_done() -> bool:
+            s = await client.get(STATEFULSETS, "db", namespace="apps")
+            status = s.get("status") or {}
+            return (
+                status.get("observedGeneration", 0) >= s["metadata"].get("generation", 0)
+                and status.get("readyReplicas") == replicas
+                and status.get("updatedReplicas") == replicas
+                and status.get("currentRevision") == status.get("updateRevision")
+            )
+
+        cpu0 = kcm.cpu_seconds()
+        start = time.monotonic()
+        await client.create(
+            STATEFULSETS,
+            workload("db", "nginx:1.27", replicas=replicas, serviceName="db", podManagementPolicy="Parallel"),
+            namespace="apps",
+        )
+        await until(sts_done, every=0.1)
+        results["sts_ready_s"] = time.monotonic() - start
+        results["sts_ready_kcm_cpu_s"] = kcm.cpu_seconds() - cpu0
+        cpu0 = kcm.cpu_seconds()
+        start = time.monotonic()
+        await client.patch(STATEFULSETS, "db", image, namespace="apps", patch_type="strategic")
+        await until(sts_done, every=0.1)
+        results["sts_rollout_s"] = time.monotonic() - start
+        results["sts_rollout_kcm_cpu_s"] = kcm.cpu_seconds() - cpu0
+
+        limit = asyncio.Semaphore(32)
+
+        async def add_node(n: int) -> None:
+            async with limit:
+                await client.create(
+                    NODES, {"metadata": {"name": f"bench-node-{n}", "labels": {"bench": "1"}}}
+                )
+
+        await asyncio.gather(*(add_node(n) for n in range(nodes)))
+
+        async def ds_done() -> bool:
+            d = await client.get(DAEMONSETS, "agent", namespace="apps")
+            status = d.get("status") or {}
+            return (
+                status.get("observedGeneration", 0) >= d["metadata"].get("generation", 0)
+                and status.get("desiredNumberScheduled") == nodes
+                and status.get("updatedNumberScheduled") == nodes
+                and status.get("numberAvailable") == nodes
+            )
+
+        cpu0 = kcm.cpu_seconds()
+        start = time.monotonic()
+        strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%", "maxSurge": 0}}
+        await client.create(
+            DAEMONSETS, workload("agent", "nginx:1.27", updateStrategy=strategy), namespace="apps"
+        )
+        await until(ds_done, every=0.1)
+        results["ds_available_s"] = time.monotonic() - start
+        results["ds_available_kcm_cpu_s"] = kcm.cpu_seconds() - cpu0
+        cpu0 = kcm.cpu_seconds()
+        start = time.monotonic()
+        await client.patch(DAEMONSETS, "agent", image, namespace="apps", patch_type="strategic")
+        await until(ds_done, every=0.1)
+        results["ds_rollout_s"] = time.monotonic() - start
+        results["ds_rollout_kcm_cpu_s"] = kcm.cpu_seconds() - cpu0
+    finally:
+        node.cancel()
+        with contextlib.suppress(BaseException):
+            await node
+    return results
+
+
 async def fill(client: KubeClient, watched: int, per_namespace: int = 1000) -> None:
     """``watched`` bare pods with IPs, in namespaces of ``per_namespace``, and a Service per 100 pods."""
     limit = asyncio.Semaphore(64)
@@ -269,6 +370,8 @@ def main() -> None:
     parser.add_argument("--rollout", type=int, default=100, help="replicas of the Deployment rolled out")
     parser.add_argument("--watched", type=int, default=10_000, help="pods in the store for the cost phase")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long idle CPU is sampled")
+    parser.add_argument("--statefulset", type=int, default=100, help="replicas of the StatefulSet (0: skip)")
+    parser.add_argument("--daemonset-nodes", type=int, default=100, help="nodes of the DaemonSet (0: skip)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="vplane-bench-kcm-"))
@@ -297,6 +400,10 @@ def main() -> None:
             client = KubeClient.from_kubeconfig(kubeconfig, field_manager="bench", timeout=60)
             try:
                 results.update(await scale_and_roll(client, kcm, args.scale, args.rollout))
+                if args.statefulset and args.daemonset_nodes:
+                    results.update(
+                        await statefulsets_and_daemonsets(client, kcm, args.statefulset, args.daemonset_nodes)
+                    )
                 fill_start = time.monotonic()
                 await fill(client, args.watched)
                 results["fill_s"] = time.monotonic() - fill_start

@@ -326,7 +326,10 @@ def test_a_restarted_platform_does_not_adopt_a_replica_running_with_another_key(
         proc.kill()
         (directory / "access-key").write_text("a-revoked-key")  # what the running replica started with
         proc.start()
-        eventually(lambda: int((directory / "replica-0.pid").read_text()) != pid)
+        try:
+            eventually(lambda: int((directory / "replica-0.pid").read_text()) != pid, timeout=60)
+        except AssertionError:
+            raise AssertionError(f"the replica was not restarted:\n{proc.log()[-4000:]}") from None
         wait_ready(k, "solo", "solo")
         assert (directory / "access-key").read_text() == Keys(proc, k).access_key("solo", "solo")
     finally:

@@ -91,6 +91,28 @@ def test_finalizers_hold_deletion_until_removed(kubectl: Kubectl, namespace: str
     assert not exists(kubectl, "-n", namespace, "configmap", "fin")
 
 
+def test_emptied_metadata_lists_and_maps_are_left_out(kubectl: Kubectl, namespace: str) -> None:
+    """ObjectMeta's lists and maps are omitempty on a real server: a strategic-merge patch that removes the
+    last finalizer and the last label leaves no `finalizers: []` or `labels: {}` behind."""
+    kubectl.apply(
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: trim, namespace: {namespace}, labels: {{a: b}},"
+        " finalizers: [example.com/a]}\n"
+    )
+    kubectl.run(
+        "-n",
+        namespace,
+        "patch",
+        "configmap",
+        "trim",
+        "-p",
+        '{"metadata":{"labels":{"a":null},"$deleteFromPrimitiveList/finalizers":["example.com/a"]}}',
+    )
+    meta = orjson.loads(kubectl.run("-n", namespace, "get", "configmap", "trim", "-o", "json").stdout)[
+        "metadata"
+    ]
+    assert "finalizers" not in meta and "labels" not in meta, meta
+
+
 def _owner_and_dependent(kubectl: Kubectl, namespace: str) -> str:
     kubectl.run("-n", namespace, "create", "configmap", "owner")
     uid = kubectl.run("-n", namespace, "get", "configmap", "owner", "-o", "jsonpath={.metadata.uid}").stdout

@@ -54,6 +54,7 @@ from vplane.kube import errors
 from vplane.kube.objects import Obj
 from vplane.support import requestheader
 from vplane.support.httprelay import relay_response
+from vplane.support.tasks import wait_event
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -235,6 +236,8 @@ class Backend:
     openapi: tuple[bytes, str] | None = None
     """The backend's OpenAPI v3 document for this group/version and its hash, when it serves one."""
     session: aiohttp.ClientSession | None = None
+    openapi_retries: int = 0
+    """Checks in a row that found no OpenAPI document for a local backend (they back off)."""
 
     @property
     def local(self) -> bool:
@@ -502,8 +505,7 @@ class Aggregator:
                     await self._check(backend)
                 except Exception:
                     log.exception("availability check failed", apiservice=backend.name)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.probe_interval)
+            await wait_event(self._wake, self.probe_interval)
 
     async def _check(self, backend: Backend) -> None:
         if backend.local:
@@ -578,6 +580,13 @@ class Aggregator:
         document = await self._local_openapi(backend, local)
         if document is not None:
             backend.openapi = document
+            backend.openapi_retries = 0
+        elif backend.openapi is None:
+            # No schema yet (say the backend's CRD arrives after it does): look again soon, backing off,
+            # rather than a whole probe interval later, so kubectl can validate and explain its kinds.
+            delay = min(2.0 * 2**backend.openapi_retries, self.probe_interval)
+            backend.openapi_retries += 1
+            asyncio.get_running_loop().call_later(delay, self._wake.set)
         await self._set_condition(backend, True, "Passed", "all checks passed")
 
     async def _local_openapi(self, backend: Backend, local: LocalBackend) -> tuple[bytes, str] | None:

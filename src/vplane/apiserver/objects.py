@@ -653,6 +653,13 @@ class ObjectStore:
         """The bytes to store, refused with 413 past ``max_object_bytes`` unless the write does not grow
         the object (so one stored under a larger limit can still be trimmed). Every create, update, patch
         and subresource write passes here; the check is the length of bytes the write needs anyway."""
+        meta = obj.get("metadata")
+        if meta:
+            # ObjectMeta's lists and maps are omitempty: an empty one (a patch that removed the last
+            # finalizer, say) is absent on a real server, not stored and served as [] or {}.
+            for name in _OMITEMPTY_META:
+                if name in meta and not meta[name]:
+                    del meta[name]
         value = codec.stored_bytes(obj)
         if len(value) > self.max_object_bytes and (old is None or len(value) > len(old.value)):
             raise errors.object_too_large()
@@ -776,6 +783,9 @@ class ObjectStore:
             raise errors.unsupported_media_type(patch_type, patch_types_for(rtype))
 
         return await self.guaranteed_update(ctx, rtype, namespace, name, mutate, subresource=subresource)
+
+
+_OMITEMPTY_META = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
 
 
 def _keep_managed_fields(meta: Obj, before: Obj) -> None:

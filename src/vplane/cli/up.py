@@ -101,12 +101,13 @@ class Up:
         ]
         current = keep_context(userconfig.current_context(self.kubeconfig), [e[0] for e in entries])
         userconfig.write_kubeconfig(self.kubeconfig, userconfig.kubeconfig_doc(entries, current))
-        await self._sample_proxy(client_identity)
+        await self._sample_proxy(client_identity, login)
         _print_usage(platform.url, self.kubeconfig)
 
-    async def _sample_proxy(self, client_identity: str) -> None:
+    async def _sample_proxy(self, client_identity: str, login: userconfig.PlatformLogin) -> None:
         """The target's side of the sample (its CRD and the client's rights there), then wait until the
-        client serves the group (the proxy's APIService is available)."""
+        client serves the group (the proxy's APIService is available and its schema merged, so kubectl
+        validates a widget)."""
         target = KubeClient.from_kubeconfig(self.kubeconfig, userconfig.tenant_context("target", PROJECT))
         tenant = KubeClient.from_kubeconfig(self.kubeconfig, userconfig.tenant_context("client", PROJECT))
         try:
@@ -117,7 +118,9 @@ class Up:
                 try:
                     api = await tenant.get(upsample.APISERVICES, name)
                     conditions = (api.get("status") or {}).get("conditions") or []
-                    if any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions):
+                    if any(
+                        c.get("type") == "Available" and c.get("status") == "True" for c in conditions
+                    ) and await _serves_schema(login, f"apis/{upsample.GROUP}/{upsample.VERSION}"):
                         return
                 except errors.StatusError:
                     pass
@@ -164,6 +167,21 @@ async def _wait_reachable(login: userconfig.PlatformLogin, names: tuple[str, ...
                     f"tenant cluster {name} is not reachable through the platform: {last}"
                 )
             await asyncio.sleep(0.2)
+
+
+async def _serves_schema(login: userconfig.PlatformLogin, path: str) -> bool:
+    """Whether the client's ``/openapi/v3`` lists ``path`` (kubectl's client-side validation needs it)."""
+    ctx = ssl.create_default_context(cadata=login.ca_pem.decode())
+    url = userconfig.tenant_server(login, "client", PROJECT) + "/openapi/v3"
+    headers = {"Authorization": f"Bearer {login.access_key}"}
+    try:
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session,
+            session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp,
+        ):
+            return resp.status == 200 and path in ((await resp.json()).get("paths") or {})
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return False
 
 
 async def _ensure(

@@ -49,7 +49,7 @@ from lightkube.generic_resource import (
     GenericNamespacedResource,
     GenericNamespacedStatus,
 )
-from lightkube.types import OnErrorAction, OnErrorResult, PatchType
+from lightkube.types import CascadeType, OnErrorAction, OnErrorResult, PatchType
 
 from vplane.kube.errors import StatusError
 from vplane.kube.objects import Obj, split_api_version
@@ -64,6 +64,7 @@ __all__ = [
     "ListResult",
     "Patch",
     "PatchBody",
+    "Propagation",
     "Resource",
     "TransportError",
     "WatchEvent",
@@ -99,6 +100,9 @@ PatchBody = Obj | list[Obj]
 """A merge, strategic or apply patch is an object; a JSON patch is a list of operations."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+
+Propagation = Literal["Background", "Foreground", "Orphan"]
+"""``DeleteOptions.propagationPolicy``: how the garbage collector treats the object's dependents."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,15 @@ class KubeAPI(Protocol):
         self, resource: Resource, obj: Obj, *, field_manager: str | None = None, force: bool = False
     ) -> Obj: ...
 
-    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> None: ...
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation_policy: Propagation | None = None,
+        precondition_uid: str | None = None,
+    ) -> None: ...
 
     def watch(
         self,
@@ -453,9 +465,36 @@ class KubeClient:
             answer = await self._lk.create(cls(dict(body)), name, namespace=ns)
         return _plain(answer)
 
-    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> None:
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation_policy: Propagation | None = None,
+        precondition_uid: str | None = None,
+    ) -> None:
+        """DELETE, optionally with a propagation policy and a UID precondition (the object is deleted only
+        if it is still the one the caller looked at; lightkube's ``delete`` sends no body, so that one
+        goes through its request builder with a ``DeleteOptions`` body)."""
+        ns = self._namespace(resource, namespace)
         with _errors():
-            await self._lk.delete(self._cls(resource), name, namespace=self._namespace(resource, namespace))
+            if precondition_uid is None:
+                cascade = CascadeType(propagation_policy) if propagation_policy else None
+                await self._lk.delete(self._cls(resource), name, namespace=ns, cascade=cascade)
+                return
+            options: Obj = {
+                "apiVersion": "v1",
+                "kind": "DeleteOptions",
+                "preconditions": {"uid": precondition_uid},
+            }
+            if propagation_policy:
+                options["propagationPolicy"] = propagation_policy
+            generic: Any = self._lk._client  # lightkube's request builder; its send is untyped
+            request = generic.prepare_request("delete", self._cls(resource), name=name, namespace=ns)
+            request.data = options
+            response = await generic.send(generic.build_adapter_request(request))
+            generic.raise_for_status(response)
 
     async def watch(
         self,

@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import hmac
 import inspect
+import re
 import secrets
 import time
 import uuid
@@ -145,6 +146,7 @@ class _Record:
         "coordinator_id",
         "session",
         "resume",
+        "instance",
         "_info",
         "_wire",
     )
@@ -162,6 +164,9 @@ class _Record:
         self.coordinator_id = coordinator_id
         self.session: _Session | None = None
         self.resume = ""
+        self.instance = ""
+        """The node process's own random id (from HELLO): a restarted node is a new instance, a node that
+        reconnects over a new path is not (peers that track health per endpoint tell them apart)."""
         """Secret given to the node's current session; presenting it lets a reconnect replace a session
         the coordinator still thinks is live (the node noticed a dead path first)."""
         self._info: NodeInfo | None = None
@@ -198,6 +203,7 @@ class _Record:
                     "kind": self.kind,
                     "labels": dict(self.labels),
                     "endpoints": list(self.endpoints),
+                    "instance": self.instance,
                 }
             )
         return self._wire
@@ -507,7 +513,9 @@ class Coordinator:
             code, message = refusal
             await self._reject(ws, code, message, remote=remote, hostname=hostname, identity=identity.name)
             return None
-        return self._register(ws, identity, hostname, labels, endpoints, remote, limits)
+        instance = body.get("instance")
+        instance = instance if isinstance(instance, str) and INSTANCE.fullmatch(instance) else ""
+        return self._register(ws, identity, hostname, labels, endpoints, remote, limits, instance)
 
     def _admit(self, identity: NodeIdentity, hostname: str, resume: str) -> tuple[str, str] | None:
         """Whether this registration may proceed: (code, message) when it may not (the node retries).
@@ -563,6 +571,7 @@ class Coordinator:
         endpoints: tuple[str, ...],
         remote: str | None,
         limits: _Limits,
+        instance: str = "",
     ) -> _Session:
         node_id = node_id_for(identity.name, hostname)
         now, wall = self._clock(), self._wall()
@@ -583,6 +592,7 @@ class Coordinator:
         record.kind = identity.kind
         record.labels = MappingProxyType({**labels, **identity.labels})
         record.endpoints = endpoints
+        record.instance = instance
         record.coordinator_id = self.instance_id
         record.last_seen = wall
         record.connected_at = wall
@@ -915,6 +925,9 @@ def label_errors(labels: Mapping[str, str], max_labels: int) -> list[str]:
                 + " are set by the platform only"
             )
     return problems
+
+
+INSTANCE = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
 def _hello_fields(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import secrets
 import ssl
 import tempfile
 import time
@@ -86,6 +87,8 @@ class Peer:
     labels: Mapping[str, str]
     endpoints: tuple[str, ...]
     """Direct endpoints, ``host:port`` of TLS listeners."""
+    instance: str = ""
+    """The peer process's own random id: a restarted peer has a new one, a reconnected one does not."""
 
     @classmethod
     def from_wire(cls, body: Mapping[str, Any]) -> Peer:
@@ -100,6 +103,7 @@ class Peer:
                 {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
             ),
             endpoints=tuple(str(e) for e in endpoints) if isinstance(endpoints, list) else (),
+            instance=str(body.get("instance", "")),
         )
 
 
@@ -600,6 +604,8 @@ class NodeSession:
         self._rand = rand
         self.verbose = verbose(self.settings, AGENT_LOG_ENV, environ)
         self.node_id: str | None = None
+        self.instance = secrets.token_hex(8)
+        """This process's id among the node's registrations (peers tell a restart from a reconnect)."""
         self.coordinator_id: str | None = None
         self.state: Literal["idle", "connecting", "connected", "disconnected", "failed", "closed"] = "idle"
         self.failure: RegistrationError | None = None
@@ -914,6 +920,7 @@ class NodeSession:
                     "max_frame_bytes": s.max_frame_bytes,
                     "max_control_frame_bytes": s.max_control_frame_bytes,
                     "max_netmap_peers": s.max_netmap_peers,
+                    "instance": self.instance,
                     **({"resume": self._resume} if self._resume else {}),
                 },
             )

@@ -408,6 +408,7 @@ class ResourceProxy:
         path = _object_path(info)
         check_headers = CIMultiDict(headers)
         check_headers["Accept"] = JSON_TYPE
+        check_headers.popall("Accept-Encoding", None)  # the proxy reads this answer itself
         upstream = await self._send("GET", path, check_headers, None, outcome)
         async with upstream:
             status = upstream.status
@@ -443,6 +444,7 @@ class ResourceProxy:
     ) -> web.StreamResponse:
         """A named GET in owned mode: the object is fetched and shown only if this client owns it."""
         assert self.owner is not None
+        headers.popall("Accept-Encoding", None)  # the proxy reads the object to check its labels
         upstream = await self._send("GET", path_qs, headers, None, outcome)
         if upstream.status != 200:
             return await self._answer(request, upstream, outcome)

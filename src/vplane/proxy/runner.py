@@ -47,7 +47,8 @@ class PeerInfo:
     name: str
     labels: dict[str, str]
     endpoints: tuple[str, ...]
-    session: str = ""
+    instance: str = ""
+    """The peer process's own id: a restarted replica is a new host even on the same endpoints."""
 
 
 PeerFeed = Callable[[], AsyncIterator[PeerSnapshot]]
@@ -64,7 +65,7 @@ def target_hosts(snapshot: PeerSnapshot, target: ProxyTarget) -> list[Host]:
             continue
         if peer.labels.get(PROJECT_LABEL) != target.target_project:
             continue
-        key = "|".join((peer.peer_id, peer.session, *peer.endpoints))
+        key = "|".join((peer.peer_id, peer.instance, *peer.endpoints))
         hosts.append(Host(peer.peer_id, peer.name, key))
     return hosts
 

@@ -68,7 +68,7 @@ def mesh_feed(node: NodeSession) -> Callable[[], AsyncIterator[PeerSnapshot]]:
                 live=netmap.session_up,
                 seq=netmap.seq,
                 peers=tuple(
-                    PeerInfo(p.id, p.name, dict(p.labels), tuple(p.endpoints), getattr(p, "session", ""))
+                    PeerInfo(p.id, p.name, dict(p.labels), tuple(p.endpoints), p.instance)
                     for p in netmap.peers.values()
                 ),
             )

@@ -19,7 +19,10 @@ from vplane.apiserver.context import RequestContext
 from vplane.apiserver.server import APIServer
 from vplane.apiserver.settings import APIServerSettings
 from vplane.controllers.client import KubeClient
+from vplane.controllers.embedded import ManagedRun, ManagedScheduler
+from vplane.controllers.kcm.settings import ControllerManagerSettings
 from vplane.controllers.leaderelection import LeaderElector
+from vplane.controllers.scheduler.settings import SchedulerSettings
 from vplane.kube import errors
 from vplane.kube import tenantconfig as tenant_config
 from vplane.kube.accesskeys import ADMINS_GROUP
@@ -227,11 +230,33 @@ class TenantServer:
             await asyncio.sleep(self.settings.leader_election.retry_period)
 
     async def _lead(self) -> None:
-        """Work only the leader does: the resource proxy's APIService registration."""
+        """Work only the leader does: the controller manager and the scheduler (as kube-controller-manager
+        and kube-scheduler run once per cluster) and the resource proxy's APIService registration. The
+        elector cancels this when leadership is lost, and the controllers stop with it."""
         log.info("became leader", tenant=self.settings.name, identity=self.settings.identity)
-        if self.proxy is not None and self.client is not None:
-            await self.proxy.register_forever(self.client)
-        await asyncio.Event().wait()
+        api = self.api.settings
+        started: list[ManagedRun | ManagedScheduler] = []
+        try:
+            if api.controller_manager:
+                run = ManagedRun(
+                    self.api.kubeconfig_path,
+                    ControllerManagerSettings.model_validate(api.controller_manager_settings),
+                    root_ca=self.api.ca.cert_pem if self.api.ca is not None else None,
+                )
+                started.append(run)
+                await run.start()
+            if api.scheduler:
+                scheduler = ManagedScheduler(
+                    self.api.kubeconfig_path, SchedulerSettings.model_validate(api.scheduler_settings)
+                )
+                started.append(scheduler)
+                await scheduler.start()
+            if self.proxy is not None and self.client is not None:
+                await self.proxy.register_forever(self.client)
+            await asyncio.Event().wait()
+        finally:
+            for part in reversed(started):
+                await part.stop()
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)

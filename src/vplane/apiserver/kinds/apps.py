@@ -156,6 +156,21 @@ class ReplicaSetStrategy(GenerationStrategy):
         return {"status.replicas": str(d(obj.get("status")).get("replicas", 0))}
 
 
+def _with_claim_volumes(obj: Obj) -> Obj:
+    """The set as its pods will be: each ``volumeClaimTemplates`` entry a volume of the template, so mounts
+    of a claim validate (upstream leaves a StatefulSet's pod spec unvalidated for this very reason)."""
+    spec = d(obj.get("spec"))
+    template = d(spec.get("template"))
+    pod_spec = d(template.get("spec"))
+    claims = [d(d(c).get("metadata")).get("name") for c in lst(spec.get("volumeClaimTemplates"))]
+    present = {d(v).get("name") for v in lst(pod_spec.get("volumes"))}
+    extra = [{"name": n, "persistentVolumeClaim": {"claimName": n}} for n in claims if n and n not in present]
+    if not extra or not pod_spec:
+        return obj
+    volumes = [*lst(pod_spec.get("volumes")), *extra]
+    return {**obj, "spec": {**spec, "template": {**template, "spec": {**pod_spec, "volumes": volumes}}}}
+
+
 class StatefulSetStrategy(GenerationStrategy):
     def default(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
@@ -184,7 +199,7 @@ class StatefulSetStrategy(GenerationStrategy):
         podspec.default_template(spec.get("template"))
 
     def validate(self, obj: Obj, old: Obj | None) -> list[Cause]:
-        causes = _workload_common(obj, "statefulset")
+        causes = _workload_common(_with_claim_volumes(obj), "statefulset")
         spec = d(obj.get("spec"))
         causes += [
             {**c, "field": "spec.podManagementPolicy"}
@@ -235,7 +250,42 @@ class StatefulSetStrategy(GenerationStrategy):
         return causes
 
 
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+"""The internal ``spec.templateGeneration`` as apps/v1 shows it: set by the server, 1 on create and one more
+on every template change; the DaemonSet controller labels pods ``pod-template-generation`` with it."""
+
+
+def _template_generation(obj: Obj) -> int:
+    value = d(d(obj.get("metadata")).get("annotations")).get(TEMPLATE_GENERATION)
+    try:
+        return int(value) if isinstance(value, str) else 0
+    except ValueError:
+        return 0
+
+
+def _set_template_generation(obj: Obj, value: int) -> None:
+    meta = obj.setdefault("metadata", {})
+    annotations = {k: v for k, v in d(meta.get("annotations")).items() if k != TEMPLATE_GENERATION}
+    if value:
+        annotations[TEMPLATE_GENERATION] = str(value)
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+
+
 class DaemonSetStrategy(GenerationStrategy):
+    def prepare_for_create(self, obj: Obj) -> None:
+        _set_template_generation(obj, max(_template_generation(obj), 1))
+
+    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
+        template = copy.deepcopy(d(obj.get("spec")).get("template"))
+        podspec.default_template(template)
+        generation = _template_generation(old)
+        if template != d(old.get("spec")).get("template"):
+            generation += 1
+        _set_template_generation(obj, generation)
+
     def default(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
         if not isinstance(spec, dict):

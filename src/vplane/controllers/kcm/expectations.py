@@ -44,6 +44,11 @@ class Expectations:
     def expect_deletions(self, key: str, pod_keys: Iterable[str]) -> None:
         self._records[key] = _Record(adds=0, deletes=set(pod_keys), since=self._clock())
 
+    def expect(self, key: str, creations: int, pod_keys: Iterable[str]) -> None:
+        """Both at once (upstream ``SetExpectations``): a DaemonSet creates on some nodes and deletes on
+        others in the same sync."""
+        self._records[key] = _Record(adds=creations, deletes=set(pod_keys), since=self._clock())
+
     def creation_observed(self, key: str) -> None:
         record = self._records.get(key)
         if record is not None:

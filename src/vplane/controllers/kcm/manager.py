@@ -17,14 +17,21 @@ import structlog
 
 from vplane.controllers.client import KubeAPI, Resource, TransportError
 from vplane.controllers.kcm.context import Clock, ControllerContext, ManagedController
+from vplane.controllers.kcm.cronjob import CronJobController
+from vplane.controllers.kcm.cronjobutil import CRONJOBS
+from vplane.controllers.kcm.daemonset import DaemonSetController
 from vplane.controllers.kcm.deployment import DeploymentController
 from vplane.controllers.kcm.endpoints import EndpointsController
 from vplane.controllers.kcm.events import EventBroadcaster
 from vplane.controllers.kcm.informers import SharedInformers
+from vplane.controllers.kcm.job import JobController
+from vplane.controllers.kcm.jobutil import JOBS
 from vplane.controllers.kcm.replicaset import REPLICATION_CONTROLLER_KIND, ReplicaSetController
 from vplane.controllers.kcm.resources import REPLICATIONCONTROLLERS
 from vplane.controllers.kcm.serviceaccounts import RootCAPublisher, ServiceAccountsController
 from vplane.controllers.kcm.settings import ControllerManagerSettings
+from vplane.controllers.kcm.statefulset import StatefulSetController
+from vplane.controllers.kcm.ttlafterfinished import TTLAfterFinishedController
 from vplane.kube.errors import StatusError
 
 log = structlog.get_logger("vplane.controllers.kcm")
@@ -47,6 +54,11 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "endpoint": ControllerSpec(EndpointsController),
     "serviceaccount": ControllerSpec(ServiceAccountsController),
     "root-ca-cert-publisher": ControllerSpec(RootCAPublisher, needs_root_ca=True),
+    "job": ControllerSpec(JobController, requires=JOBS),
+    "cronjob": ControllerSpec(CronJobController, requires=CRONJOBS),
+    "ttl-after-finished": ControllerSpec(TTLAfterFinishedController, requires=JOBS),
+    "statefulset": ControllerSpec(StatefulSetController),
+    "daemonset": ControllerSpec(DaemonSetController),
 }
 """Controller names as kube-controller-manager's ``--controllers`` spells them."""
 

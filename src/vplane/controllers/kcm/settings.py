@@ -44,3 +44,41 @@ class ControllerManagerSettings(BaseModel):
     events: EventSettings = Field(default_factory=EventSettings)
     field_manager: str = "kube-controller-manager"
     """The field manager of every write, as upstream's controllers appear in ``managedFields``."""
+
+    # -- Job, CronJob and TTL-after-finished controllers (issue 9, batch) --------------------------------
+    concurrent_job_syncs: int = Field(default=5, ge=1)
+    """Jobs reconciled at once (``--concurrent-job-syncs``)."""
+    concurrent_cron_job_syncs: int = Field(default=5, ge=1)
+    """CronJobs reconciled at once (``--concurrent-cron-job-syncs``)."""
+    concurrent_ttl_after_finished_syncs: int = Field(default=5, ge=1)
+    """Finished Jobs checked for their TTL at once (``--concurrent-ttl-after-finished-syncs``)."""
+    job_sync_batch_seconds: float = Field(default=1.0, ge=0)
+    """Pod changes and Job status updates are folded into one Job sync this long (``syncJobBatchPeriod``);
+    spec changes sync at once."""
+    job_pod_failure_backoff_seconds: float = Field(default=10.0, gt=0)
+    """Wait before replacing a Job's failed pod; doubles with each further failure since the last success
+    (``DefaultJobPodFailureBackOff``)."""
+    job_pod_failure_backoff_max_seconds: float = Field(default=600.0, gt=0)
+    """The cap on that wait (``MaxJobPodFailureBackOff``: 10 minutes in the controller's code; the
+    Job documentation still says six)."""
+    job_max_uncounted_pods: int = Field(default=500, ge=1)
+    """Finished pods one sync moves through ``status.uncountedTerminatedPods`` (``MaxUncountedPods``)."""
+    job_max_pod_create_delete_per_sync: int = Field(default=500, ge=1)
+    """Most pods one Job sync creates or deletes (``MaxPodCreateDeletePerSync``)."""
+    cronjob_next_schedule_delta_seconds: float = Field(default=0.1, ge=0)
+    """Added to the wait for a CronJob's next time, so a clock slightly behind still finds it due."""
+    cronjob_default_time_zone: str = ""
+    """The zone of schedules without ``spec.timeZone``: empty is this process's local zone, as
+    kube-controller-manager uses its own (``TZ``, else ``/etc/localtime``, else UTC)."""
+
+    # -- issue 9 item 2 (apps): the StatefulSet and DaemonSet controllers ------------------------------
+    concurrent_statefulset_syncs: int = Field(default=5, ge=1)
+    """StatefulSets reconciled at once (``--concurrent-statefulset-syncs``)."""
+    concurrent_daemonset_syncs: int = Field(default=2, ge=1)
+    """DaemonSets reconciled at once (``--concurrent-daemonset-syncs``)."""
+    daemonset_burst_replicas: int = Field(default=250, ge=1)
+    """Most pods a DaemonSet creates or deletes in one sync (upstream's ``BurstReplicas`` of 250)."""
+    daemonset_failed_pod_backoff_seconds: float = Field(default=1.0, gt=0)
+    """First wait before a DaemonSet deletes another failed pod on the same node; it doubles each time."""
+    daemonset_failed_pod_backoff_max_seconds: float = Field(default=900.0, gt=0)
+    """The cap on that wait (15 minutes, as kube-controller-manager's failed-pods back-off)."""
