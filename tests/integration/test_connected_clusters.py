@@ -212,7 +212,7 @@ class AgentProcess:
                     env[item["name"]] = base64.b64decode(data).decode()
             elif "fieldRef" in source:
                 path = source["fieldRef"]["fieldPath"]
-                env[item["name"]] = self.pod if path == "metadata.name" else NS
+                env[item["name"]] = {"metadata.name": self.pod, "status.podIP": "127.0.0.1"}.get(path, NS)
         return container["command"], env, spec.get("serviceAccountName") or "default"
 
     def start(self, *settings: str, env_override: dict[str, str] | None = None) -> AgentProcess:
@@ -227,6 +227,7 @@ class AgentProcess:
         full_env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("LOFT_AGENT_")},
             **env,
+            "VPLANE_AGENT_HEALTH_PORT": "0",  # several agents share this machine's address here
             **(env_override or {}),
             "KUBERNETES_SERVICE_HOST": host,
             "KUBERNETES_SERVICE_PORT": port,

@@ -21,6 +21,8 @@ class AgentSettings(BaseModel):
     system's trust store."""
     name: str = "loft-agent"
     """This agent's node name on the mesh (the pod's name in a cluster)."""
+    namespace: str = ""
+    """The agent's namespace (``POD_NAMESPACE``), told to the platform as a session label."""
     kubeconfig: Path | None = None
     """Reach the cluster's API with this kubeconfig instead of the in-cluster service account."""
     kube_context: str | None = None
@@ -37,3 +39,15 @@ class AgentSettings(BaseModel):
     """Connecting to the cluster's API server (requests themselves are unbounded: watches stay open)."""
     mesh: dict[str, object] = Field(default_factory=dict)
     """Overrides of the mesh session's MeshSettings (heartbeat, reconnect backoff, ...)."""
+
+    # -- issue 11 items 1 and 7: the agent as a pod, and the upgrade bridge ---------------------------
+    health_port: int = Field(default=0, ge=0, le=65535)
+    """Serve ``/healthz`` (the process is up) and ``/readyz`` (its tunnel session is registered) over plain
+    HTTP on this port, for the pod's probes; 0 serves nothing. The chart sets 8080."""
+    health_host: str = "0.0.0.0"
+    """The address the health endpoints bind (the chart passes the pod's IP: under vplane's node runtime
+    pods share the machine's loopback network, so each binds its own address)."""
+    proxy_only: bool = False
+    """The upgrade bridge (Deployment ``proxy-only-agent``): hold a tunnel session and serve the platform's
+    requests, nothing else (no liveness reports). The platform deploys it, and removes it after the
+    upgrade."""

@@ -3,7 +3,8 @@
 :class:`ClusterAPI` is an address, a TLS context and a way to get the ``Authorization`` header. Two
 sources: the pod's service account (``in_cluster``: ``$KUBERNETES_SERVICE_HOST``/``PORT``, the token
 and CA under ``/var/run/secrets/kubernetes.io/serviceaccount``, the token re-read periodically as kubelet
-rotates it) or a kubeconfig (``from_kubeconfig``). Either way the platform acts in the cluster with
+rotates it; under vplane's node runtime the kubeconfig it points ``KUBECONFIG`` at, see ``pod_credentials``)
+or a kubeconfig (``from_kubeconfig``). Either way the platform acts in the cluster with
 exactly the agent's permissions.
 """
 
@@ -88,6 +89,24 @@ def in_cluster(
         _TokenFile(token, reload_seconds),
         description=f"in-cluster service account ({service_account_dir})",
     )
+
+
+def pod_credentials(
+    service_account_dir: Path, reload_seconds: float = 60.0, environ: Mapping[str, str] | None = None
+) -> ClusterAPI:
+    """A pod's credentials: the service-account directory when it holds a token, else ``$KUBECONFIG``.
+
+    vplane's node runtime cannot create ``/var/run/secrets/kubernetes.io/serviceaccount`` (no mount
+    namespace, no root); it writes the same token and CA elsewhere and points ``KUBECONFIG`` at a
+    kubeconfig that reads them (docs/runtime.md), so the agent chart's pod works there unchanged."""
+    env = os.environ if environ is None else environ
+    kubeconfig = env.get("KUBECONFIG", "")
+    if not (service_account_dir / "token").exists() and kubeconfig:
+        path = Path(kubeconfig.split(os.pathsep)[0])
+        api = from_kubeconfig(path, None, reload_seconds)
+        api.description = f"the pod's service account (kubeconfig {path})"
+        return api
+    return in_cluster(service_account_dir, reload_seconds, env)
 
 
 def _data(entry: Mapping[str, Any], data_key: str, file_key: str, base: Path) -> bytes | None:

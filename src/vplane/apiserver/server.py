@@ -28,6 +28,7 @@ from vplane.apiserver.controllers import CRDController, GarbageCollector, Namesp
 from vplane.apiserver.delegation import Delegate, Kubeconfig
 from vplane.apiserver.escalation import EscalationPrevention
 from vplane.apiserver.handlers import ResourceHandlers, json_response
+from vplane.apiserver.kinds.quota import ResourceQuotaAdmission
 from vplane.apiserver.objects import ObjectStore
 from vplane.apiserver.openapi import OpenAPI
 from vplane.apiserver.registry import Registry, ResourceType
@@ -110,6 +111,7 @@ class APIServer:
         self.admission.add(EscalationPrevention(self.authorizer, self.authorize))
         builtin.attach(self)
         self.dynamic_admission = webhooks.install(self)
+        self.admission.add(ResourceQuotaAdmission(self))  # last, as upstream: refused writes are not charged
         self._runner: web.ServerRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.ca: tls.CertPair | None = None

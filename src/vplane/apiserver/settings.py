@@ -169,3 +169,9 @@ class APIServerSettings(BaseModel):
     """SchedulerSettings fields for that scheduler, as a YAML map."""
     """ControllerManagerSettings fields for that controller manager, as a YAML map (for example
     ``--set controller_manager_settings='{controllers: [deployment, replicaset]}'``)."""
+
+    # -- issue 9 item 2 (policy controllers): the local storage class -----------------------------------
+    default_storage_class: bool = True
+    """Create the default StorageClass ``standard`` (provisioner ``vplane.io/local-path``,
+    ``WaitForFirstConsumer``, reclaim ``Delete``) on first start, as kind and k3s clusters have one; the
+    controller manager's ``persistentvolume-binder`` provisions its claims under ``<data dir>/volumes``."""

@@ -35,6 +35,34 @@ def _agent_settings() -> type:
     "--name", envvar="POD_NAME", default="loft-agent", show_envvar=True, help="This agent's node name."
 )
 @click.option(
+    "--namespace",
+    envvar="POD_NAMESPACE",
+    default="",
+    show_envvar=True,
+    help="This agent's namespace (told to the platform).",
+)
+@click.option(
+    "--health-port",
+    envvar="VPLANE_AGENT_HEALTH_PORT",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_envvar=True,
+    help="Serve /healthz and /readyz (tunnel registered) on this port; 0: none.",
+)
+@click.option(
+    "--health-host",
+    envvar="POD_IP",
+    default="0.0.0.0",
+    show_envvar=True,
+    help="The address the health endpoints bind (the pod's IP).",
+)
+@click.option(
+    "--proxy-only",
+    is_flag=True,
+    default=False,
+    help="The upgrade bridge: only hold a tunnel session for the platform (Deployment proxy-only-agent).",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(exists=True, path_type=Path),
     default=None,
@@ -57,6 +85,10 @@ def agent(
     ca_data: str,
     ca_file: Path | None,
     name: str,
+    namespace: str,
+    health_port: int,
+    health_host: str,
+    proxy_only: bool,
     kubeconfig: Path | None,
     kube_context: str | None,
     service_account_dir: Path | None,
@@ -75,6 +107,10 @@ def agent(
         "url": url,
         "ca_pem": ca_file.read_text() if ca_file is not None else ca_data,
         "name": name,
+        "namespace": namespace,
+        "health_port": health_port,
+        "health_host": health_host,
+        "proxy_only": proxy_only,
         "kubeconfig": kubeconfig,
         "kube_context": kube_context,
     }

@@ -69,6 +69,18 @@ def apiserver_controller_manager(
     return _ApiserverHook(enabled, settings, scheduler, scheduler_settings)
 
 
+def server_local_defaults(data_dir: Path, settings: ControllerManagerSettings) -> dict[str, Any]:
+    """What a controller manager beside its API server takes from the server's data directory unless set:
+    where the local-path provisioner keeps volumes, and the cluster CA that signs CSRs."""
+    update: dict[str, Any] = {}
+    if settings.local_path_root is None:
+        update["local_path_root"] = str(data_dir / "volumes")
+    if settings.cluster_signing_cert_file is None and settings.cluster_signing_key_file is None:
+        update["cluster_signing_cert_file"] = str(data_dir / "pki" / "ca.crt")
+        update["cluster_signing_key_file"] = str(data_dir / "pki" / "ca.key")
+    return update
+
+
 class _ApiserverHook:
     def __init__(
         self,
@@ -89,7 +101,9 @@ class _ApiserverHook:
             return
         path = await asyncio.to_thread(loopback_kubeconfig, kubeconfig, url, host, port)
         if self.enabled:
-            self.run = ManagedRun(path, self.settings)
+            self.run = ManagedRun(
+                path, self.settings.model_copy(update=server_local_defaults(kubeconfig.parent, self.settings))
+            )
             await self.run.start()
         if self.scheduler:
             self.scheduling = ManagedScheduler(path, self.scheduler_settings)
@@ -115,7 +129,9 @@ class _ApiserverHook:
     default="*",
     show_default=True,
     help="Comma-separated: '*' is every controller, NAME adds one, -NAME removes one "
-    "(deployment, replicaset, replicationcontroller, endpoint, serviceaccount, root-ca-cert-publisher).",
+    "(deployment, replicaset, replicationcontroller, endpoint, endpointslice, serviceaccount, "
+    "root-ca-cert-publisher, resourcequota, disruption, horizontalpodautoscaling, persistentvolume-binder, "
+    "csrsigning, csrcleaner).",
 )
 @click.option(
     "--root-ca-file",

@@ -168,3 +168,174 @@ def doctor_proxy(name: str, project: str, interval: float, data_dir: Path | None
         data_dir = default if default.exists() else None
     facts, reports = asyncio.run(diagnose(login, name, project, interval, data_dir))
     click.echo(render(name, facts, reports))
+
+
+# -- vplane doctor cluster ---------------------------------------------------------------------------------
+
+
+async def diagnose_cluster(
+    login: userconfig.PlatformLogin, name: str, kubeconfig: Path | None, context: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Cluster and its ``diagnostics`` subresource from the management API; with a context of the
+    connected cluster, its agent side read there when the platform cannot reach it."""
+    ctx = ssl.create_default_context(cadata=login.ca_pem.decode())
+    headers = {"Authorization": f"Bearer {login.access_key}", "Accept": "application/json"}
+    base = login.url.rstrip("/") + userconfig.MANAGEMENT + f"/clusters/{name}"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        status, body = await _get(session, base, headers)
+        if status == 404:
+            raise click.ClickException(f'cluster "{name}" not found')
+        if status != 200:
+            raise click.ClickException(f"reading cluster {name}: {status} {body[:300]}")
+        cluster = json.loads(body)
+        status, body = await _get(session, base + "/diagnostics", headers)
+        if status != 200:
+            raise click.ClickException(f"reading the diagnostics of cluster {name}: {status} {body[:300]}")
+        diagnostics = json.loads(body)
+    side = diagnostics.get("cluster")
+    if (kubeconfig is not None or context is not None) and side is not None and not side.get("reachable"):
+        diagnostics["platformCluster"] = side
+        namespace = str(
+            side.get("namespace") or diagnostics.get("managementNamespace") or "vcluster-platform"
+        )
+        diagnostics["cluster"] = await _read_directly(kubeconfig, context, namespace)
+    return cluster, diagnostics
+
+
+async def _read_directly(kubeconfig: Path | None, context: str | None, namespace: str) -> dict[str, Any]:
+    import os
+    import tempfile
+
+    from vplane.controllers.client import KubeClient
+    from vplane.platform.clusters import diagnostics as diag
+    from vplane.platform.clusters.helm import Helm, find_helm
+
+    path = kubeconfig
+    if path is None:
+        env = os.environ.get("KUBECONFIG", "")
+        path = Path(env.split(os.pathsep)[0]) if env else Path.home() / ".kube" / "config"
+    via = f"context {context or '(current)'} of {path}"
+    try:
+        client = KubeClient.from_kubeconfig(path, context)
+    except Exception as exc:
+        return {"via": via, "namespace": namespace, "reachable": False, "error": str(exc)}
+    try:
+        with tempfile.TemporaryDirectory(prefix="vplane-doctor-") as home:
+            try:
+                helm: Helm | None = Helm(find_helm(), path, Path(home), 30.0, context)
+            except FileNotFoundError:
+                helm = None
+            return await diag.collect(client, helm, namespace, via)
+    finally:
+        await client.close()
+
+
+def _pod_lines(pods: list[dict[str, Any]], indent: str) -> list[str]:
+    lines = []
+    for pod in pods:
+        ready = "1/1" if pod.get("ready") else "0/1"
+        waiting = (pod.get("waiting") or {}).get("reason") or ""
+        state = waiting or ("Terminating" if pod.get("deleting") else str(pod.get("phase") or ""))
+        lines.append(f"{indent}{pod.get('name')}  {ready}  {state}  restarts {pod.get('restarts', 0)}")
+        health = pod.get("health") or {}
+        if health.get("reason"):
+            lines.append(f"{indent}  {health.get('reason')}: {health.get('message')}")
+        last = pod.get("lastTerminated") or {}
+        if last.get("reason"):
+            tail = str(last.get("message") or "").strip().splitlines()[-1:]
+            lines.append(
+                f"{indent}  last terminated: {last.get('reason')} (exit code {last.get('exitCode')})"
+                + (f": {tail[0]}" if tail else "")
+            )
+        for line in (pod.get("log") or [])[-3:]:
+            lines.append(f"{indent}  log: {line}")
+        if pod.get("logError"):
+            lines.append(f"{indent}  log: {pod.get('logError')}")
+    return lines
+
+
+def render_cluster(name: str, cluster: dict[str, Any], diagnostics: dict[str, Any]) -> str:
+    from vplane.platform.clusters.triage import triage
+
+    status = cluster.get("status") or {}
+    lines = [
+        f"Connected cluster {name} ({diagnostics.get('mode') or 'no connection mode'}, "
+        f"spec.managementNamespace {diagnostics.get('managementNamespace')})",
+        "",
+        "Status (management API):",
+        f"  phase={status.get('phase', '')!r} reason={status.get('reason', '')!r} online={status.get('online')}",
+    ]
+    if status.get("message"):
+        lines.append(f"  message: {status['message']}")
+    sessions = diagnostics.get("sessions") or []
+    lines.append(f"Tunnel sessions on the platform: {len(sessions)}")
+    for s in sessions:
+        state = "online" if s.get("online") else f"offline, last seen {s.get('lastSeen')}"
+        lines.append(
+            f"  {s.get('hostname')} ({s.get('mode') or 'agent'}, namespace {s.get('namespace')}): {state}"
+        )
+    side = diagnostics.get("cluster")
+    if side is None:
+        lines.append("The platform's own cluster: no agent.")
+    else:
+        if "platformCluster" in diagnostics:
+            lines.append(
+                f"The platform cannot reach the cluster: {diagnostics['platformCluster'].get('error')}"
+            )
+        lines.append(f"In the cluster (read by {side.get('via')}), namespace {side.get('namespace')}:")
+        if not side.get("reachable"):
+            lines.append(f"  cannot be read: {side.get('error')}")
+        else:
+            pods = side.get("agentPods") or []
+            lines.append(f"  agent pods (app=loft): {len(pods) or 'none'}")
+            lines += _pod_lines(pods, "    ")
+            bridge = side.get("bridge")
+            if bridge is None:
+                lines.append("  bridge proxy-only-agent: none")
+            elif bridge.get("error"):
+                lines.append(f"  bridge proxy-only-agent: cannot be read: {bridge['error']}")
+            else:
+                lines.append(
+                    f"  bridge proxy-only-agent: {bridge.get('readyReplicas')}/{bridge.get('replicas')} ready, "
+                    f"for {bridge.get('target')}, created {bridge.get('created')}"
+                )
+                lines += _pod_lines(bridge.get("pods") or [], "    ")
+            helm = side.get("helm") or {}
+            if helm.get("error"):
+                lines.append(f"  helm history: {helm['error']}")
+            for rev in (helm.get("history") or [])[-5:]:
+                lines.append(
+                    f"  helm revision {rev.get('revision')}: {rev.get('status')} {rev.get('chart')} "
+                    f"({rev.get('description')})"
+                )
+    verdicts = triage(cluster, diagnostics)
+    for index, v in enumerate(verdicts):
+        lines += ["", f"{'Runbook row' if index == 0 else 'Also matches'}: {v.section} / {v.row}"]
+        lines += [f"  evidence: {item}" for item in v.evidence]
+        lines.append(f"  resolution: {v.resolution}")
+    return "\n".join(lines)
+
+
+@doctor.command("cluster")
+@click.argument("name")
+@click.option(
+    "--context",
+    "kube_context",
+    default=None,
+    help="The connected cluster's own kubeconfig context: read its agent there when the platform cannot.",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The kubeconfig of --context (default: $KUBECONFIG, then ~/.kube/config).",
+)
+def doctor_cluster(name: str, kube_context: str | None, kubeconfig: Path | None) -> None:
+    """Match connected cluster NAME to the connected-cluster runbook: its status, agent sessions, agent
+    pods and logs, the upgrade bridge and the Helm history, read through the platform."""
+    try:
+        login = userconfig.PlatformLogin.load()
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+    cluster, diagnostics = asyncio.run(diagnose_cluster(login, name, kubeconfig, kube_context))
+    click.echo(render_cluster(name, cluster, diagnostics))

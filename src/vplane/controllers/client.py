@@ -528,5 +528,13 @@ class KubeClient:
                 async for kind, obj in events:
                     yield WatchEvent(cast(EventType, kind), _plain(obj))
 
+    async def logs(
+        self, name: str, *, namespace: str, container: str | None = None, tail_lines: int | None = None
+    ) -> str:
+        """A pod container's log (``pods/log``), the last ``tail_lines`` lines when given."""
+        with _errors():
+            lines = self._lk.log(name, namespace=namespace, container=container, tail_lines=tail_lines)
+            return "".join([line async for line in lines])
+
     async def close(self) -> None:
         await self._lk.close()

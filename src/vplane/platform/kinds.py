@@ -174,6 +174,11 @@ def _rt(
 
 def management_types() -> list[ResourceType]:
     accesskey = {"accesskey": Subresource("accesskey", "ClusterAccessKey", ("get",))}
+    # vplane's own: what `vplane doctor cluster` reads through the platform (docs/connected-clusters.md).
+    cluster_subresources = {
+        **accesskey,
+        "diagnostics": Subresource("diagnostics", "ClusterDiagnostics", ("get",)),
+    }
     vci_accesskey = {"accesskey": Subresource("accesskey", "VirtualClusterAccessKey", ("get",))}
     return [
         _rt("projects", "Project", False, PROJECT_SCHEMA),
@@ -195,7 +200,7 @@ def management_types() -> list[ResourceType]:
             False,
             CLUSTER_SCHEMA,
             strategy=ClusterStrategy(),
-            extra_subresources=accesskey,
+            extra_subresources=cluster_subresources,
             columns=[
                 {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                 {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},

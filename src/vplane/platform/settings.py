@@ -84,3 +84,13 @@ class PlatformSettings(BaseModel):
     """The platform's own mesh node retries this long after its coordinator refused it."""
     local_client_ready_timeout_seconds: float = Field(default=10.0, gt=0)
     """At start, the Cluster loop waits this long for the platform's own mesh node to connect."""
+
+    # -- issue 11 item 7 (agent upgrades): the bridge proxy-only-agent and stuck releases ----------------
+    agent_bridge_timeout_seconds: float = Field(default=300.0, ge=0)
+    """The upgrade waits silently this long for the bridge ``proxy-only-agent`` to hold a tunnel session;
+    after it, a real error of the bridge (its pod in ImagePullBackOff or CrashLoopBackOff, pods that cannot
+    be created) is written as DeployProxyOnlyAgent. A bridge that is only slow keeps waiting silently."""
+    agent_release_stuck_seconds: float = Field(default=600.0, ge=0)
+    """An agent release whose last operation stays pending (pending-install, -upgrade, -rollback) this long,
+    as seen by this process, is stuck: it is rolled back to its last good revision (an interrupted install's
+    record is forgotten). Helm's own operations time out after 5 minutes by default."""

@@ -28,6 +28,8 @@ from vplane.apiserver.kinds import (
     storage,
 )
 from vplane.apiserver.kinds.admission import DefaultStorageClassAdmission, PriorityAdmission
+from vplane.apiserver.kinds.csradmission import CertificateAdmission
+from vplane.apiserver.kinds.limitranger import LimitRanger
 from vplane.apiserver.kinds.subresources import Subresources
 from vplane.apiserver.registry import Registry, ResourceType
 from vplane.kube import errors
@@ -68,6 +70,10 @@ def attach(server: APIServer) -> None:
     server.admission.add(PriorityAdmission(server.registry, server.objects))
     server.admission.add(DefaultStorageClassAdmission(server.registry, server.objects))
     server.admission.add(certificates.RequesterAdmission())
+    server.admission.add(CertificateAdmission(server.authorize))
+    limit_ranger = LimitRanger(server)
+    server.admission.add_mutating(limit_ranger)  # before the policies and webhooks, as upstream orders them
+    server.admission.add(limit_ranger)
 
 
 def builtin_group_versions() -> list[tuple[str, str]]:
@@ -89,7 +95,10 @@ def bootstrap_objects() -> list[Obj]:
 async def bootstrap(server: APIServer) -> None:
     """Create what a fresh cluster has, leaving objects that exist alone (an admin may have changed them)."""
     ctx = server.system_context()
-    for obj in bootstrap_objects():
+    objects = bootstrap_objects()
+    if server.settings.default_storage_class:
+        objects.append(storage.default_storage_class())
+    for obj in objects:
         group, _, version = obj["apiVersion"].rpartition("/")
         rtype = server.registry.for_kind(group, version, obj["kind"])
         if rtype is None or server.objects.get(rtype, "", obj["metadata"]["name"]) is not None:

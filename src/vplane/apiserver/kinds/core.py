@@ -26,7 +26,7 @@ from vplane.apiserver.kinds.common import (
     validate_enum,
 )
 from vplane.apiserver.registry import ResourceType, Strategy, Subresource
-from vplane.kube import errors, labels, podspec, quantity, validation
+from vplane.kube import errors, labels, limitrange, podspec, quantity, validation
 from vplane.kube.errors import Cause
 from vplane.kube.objects import Obj
 
@@ -611,6 +611,9 @@ class ResourceQuotaStrategy(Strategy):
 
 
 class LimitRangeStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        limitrange.default_limit_range(obj)
+
     def validate(self, obj: Obj, old: Obj | None) -> list[Cause]:
         causes: list[Cause] = []
         for i, limit in enumerate(lst(d(obj.get("spec")).get("limits"))):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from vplane.apiserver.kinds.common import d, immutable, lst, rt
-from vplane.apiserver.registry import ResourceType, Strategy
+from vplane.apiserver.kinds.common import GenerationStrategy, d, immutable, lst, rt
+from vplane.apiserver.registry import ResourceType
 from vplane.kube import errors, podspec, validation
 from vplane.kube.errors import Cause
 from vplane.kube.objects import Obj
@@ -15,7 +15,9 @@ MAX_ENDPOINTS = 1000
 MAX_PORTS = 20000
 
 
-class EndpointSliceStrategy(Strategy):
+class EndpointSliceStrategy(GenerationStrategy):
+    """Content changes bump ``metadata.generation`` (the EndpointSlice controller tracks what it wrote by it)."""
+
     def default(self, obj: Obj) -> None:
         for port in lst(obj.get("ports")):
             if isinstance(port, dict):

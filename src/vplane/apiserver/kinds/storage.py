@@ -219,3 +219,18 @@ def types() -> list[ResourceType]:
             strategy=VolumeAttributesClassStrategy(),
         ),
     ]
+
+
+LOCAL_PROVISIONER = "vplane.io/local-path"
+
+
+def default_storage_class() -> Obj:
+    """The ``standard`` class a fresh server has (kind's and k3s's local-path classes have these settings)."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "standard", "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
+        "provisioner": LOCAL_PROVISIONER,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }

@@ -4,9 +4,11 @@
 - ``deployment`` (+ ``deploymentutil``, pure), ``replicaset`` (ReplicaSets, and ReplicationControllers
   through a thin adapter), ``statefulset`` (+ ``statefulsetutil``), ``daemonset`` (+ ``daemonsetutil``),
   ``job`` (+ ``jobutil``), ``cronjob`` (+ ``cronjobutil``), ``ttlafterfinished``, ``endpoints``,
-  ``serviceaccounts`` (the ``default`` ServiceAccount and the ``kube-root-ca.crt`` publisher): one module
-  per controller; ``history`` is the ControllerRevision history the StatefulSet and DaemonSet controllers
-  keep.
+  ``endpointslices``, ``serviceaccounts`` (the ``default`` ServiceAccount and the ``kube-root-ca.crt``
+  publisher), ``resourcequota``, ``disruption`` (PodDisruptionBudget status), ``podautoscaler``
+  (HorizontalPodAutoscalers), ``persistentvolume`` (binding and the local-path provisioner),
+  ``certificates`` (CSR signing and cleaning): one module per controller; ``history`` is the
+  ControllerRevision history the StatefulSet and DaemonSet controllers keep.
 - ``informers`` (shared informers and indexes: one watch per resource for all controllers), ``events``
   (core/v1 Events with upstream's dedupe, aggregation and spam filter), ``expectations``, ``refmanager``
   (adoption and release), ``pods`` (pure pod helpers), ``settings``.

@@ -16,17 +16,23 @@ from dataclasses import dataclass
 import structlog
 
 from vplane.controllers.client import KubeAPI, Resource, TransportError
+from vplane.controllers.kcm.certificates import CSRS, CSRCleanerController, CSRSigningController
 from vplane.controllers.kcm.context import Clock, ControllerContext, ManagedController
 from vplane.controllers.kcm.cronjob import CronJobController
 from vplane.controllers.kcm.cronjobutil import CRONJOBS
 from vplane.controllers.kcm.daemonset import DaemonSetController
 from vplane.controllers.kcm.deployment import DeploymentController
+from vplane.controllers.kcm.disruption import PODDISRUPTIONBUDGETS, DisruptionController
 from vplane.controllers.kcm.endpoints import EndpointsController
+from vplane.controllers.kcm.endpointslices import ENDPOINTSLICES, EndpointSliceController
 from vplane.controllers.kcm.events import EventBroadcaster
 from vplane.controllers.kcm.informers import SharedInformers
 from vplane.controllers.kcm.job import JobController
 from vplane.controllers.kcm.jobutil import JOBS
+from vplane.controllers.kcm.persistentvolume import PersistentVolumeBinderController
+from vplane.controllers.kcm.podautoscaler import HPAS, HorizontalPodAutoscalerController
 from vplane.controllers.kcm.replicaset import REPLICATION_CONTROLLER_KIND, ReplicaSetController
+from vplane.controllers.kcm.resourcequota import ResourceQuotaController
 from vplane.controllers.kcm.resources import REPLICATIONCONTROLLERS
 from vplane.controllers.kcm.serviceaccounts import RootCAPublisher, ServiceAccountsController
 from vplane.controllers.kcm.settings import ControllerManagerSettings
@@ -59,6 +65,13 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "ttl-after-finished": ControllerSpec(TTLAfterFinishedController, requires=JOBS),
     "statefulset": ControllerSpec(StatefulSetController),
     "daemonset": ControllerSpec(DaemonSetController),
+    "resourcequota": ControllerSpec(ResourceQuotaController),
+    "endpointslice": ControllerSpec(EndpointSliceController, requires=ENDPOINTSLICES),
+    "disruption": ControllerSpec(DisruptionController, requires=PODDISRUPTIONBUDGETS),
+    "horizontalpodautoscaling": ControllerSpec(HorizontalPodAutoscalerController, requires=HPAS),
+    "persistentvolume-binder": ControllerSpec(PersistentVolumeBinderController),
+    "csrsigning": ControllerSpec(CSRSigningController, requires=CSRS),
+    "csrcleaner": ControllerSpec(CSRCleanerController, requires=CSRS),
 }
 """Controller names as kube-controller-manager's ``--controllers`` spells them."""
 

@@ -82,3 +82,42 @@ class ControllerManagerSettings(BaseModel):
     """First wait before a DaemonSet deletes another failed pod on the same node; it doubles each time."""
     daemonset_failed_pod_backoff_max_seconds: float = Field(default=900.0, gt=0)
     """The cap on that wait (15 minutes, as kube-controller-manager's failed-pods back-off)."""
+
+    # -- issue 9 item 2 (policy controllers): quota, endpoint slices, disruption, autoscaling, storage, CSRs
+    concurrent_resource_quota_syncs: int = Field(default=5, ge=1)
+    """ResourceQuotas recomputed at once (``--concurrent-resource-quota-syncs``)."""
+    resource_quota_sync_period_seconds: float = Field(default=300.0, gt=0)
+    """Every quota is recomputed from what exists this often (``--resource-quota-sync-period``), besides
+    the recomputations deletions and finished pods trigger."""
+    concurrent_service_endpoint_syncs: int = Field(default=5, ge=1)
+    """Services whose EndpointSlices are computed at once (``--concurrent-service-endpoint-syncs``)."""
+    max_endpoints_per_slice: int = Field(default=100, ge=1, le=1000)
+    """Endpoints one EndpointSlice holds (``--max-endpoints-per-slice``)."""
+    endpointslice_updates_batch_seconds: float = Field(default=0.0, ge=0)
+    """Delay that lets pod changes for one Service be written together (``--endpointslice-updates-batch-period``)."""
+    concurrent_horizontal_pod_autoscaler_syncs: int = Field(default=5, ge=1)
+    """HorizontalPodAutoscalers reconciled at once (``--concurrent-horizontal-pod-autoscaler-syncs``)."""
+    horizontal_pod_autoscaler_sync_period_seconds: float = Field(default=15.0, gt=0)
+    """How often each HorizontalPodAutoscaler is looked at (``--horizontal-pod-autoscaler-sync-period``)."""
+    horizontal_pod_autoscaler_downscale_stabilization_seconds: float = Field(default=300.0, ge=0)
+    """Scale-down follows the highest recommendation of this window
+    (``--horizontal-pod-autoscaler-downscale-stabilization``)."""
+    local_path_root: str | None = None
+    """Directory the ``vplane.io/local-path`` provisioner makes volumes in (``vplane apiserver`` uses
+    ``<data dir>/volumes``); unset, claims of that class wait for another provisioner."""
+    cluster_signing_cert_file: str | None = None
+    """The CA certificate ``csrsigning`` signs with (``--cluster-signing-cert-file``; ``vplane apiserver``
+    gives its own cluster CA). Unset: nothing is signed."""
+    cluster_signing_key_file: str | None = None
+    """That CA's private key (``--cluster-signing-key-file``)."""
+    cluster_signing_duration_seconds: float = Field(default=365 * 24 * 3600.0, ge=600)
+    """Longest lifetime of a signed certificate (``--cluster-signing-duration``); ``expirationSeconds``
+    may ask for less, down to 10 minutes."""
+    csr_approved_expiration_seconds: float = Field(default=3600.0, gt=0)
+    """An approved request is deleted this long after approval (the CSR cleaner)."""
+    csr_denied_expiration_seconds: float = Field(default=3600.0, gt=0)
+    """A denied request is deleted this long after denial."""
+    csr_failed_expiration_seconds: float = Field(default=3600.0, gt=0)
+    """A failed request is deleted this long after failing."""
+    csr_pending_expiration_seconds: float = Field(default=86400.0, gt=0)
+    """A request nobody approved or denied is deleted this long after its creation."""

@@ -6,8 +6,9 @@ with a client built for its mode: the platform's own API (``spec.local``), the k
 release is installed and upgraded with the real helm binary over the same kubeconfig.
 
 One pass: LocalClient -> tunnel sessions (Offline, NoOnlinePeers, PeerHealthCheck) -> client and the
-``kube-system`` UID (InitializeCluster, ClusterUID) -> management namespace, agent release, RBAC
-(InitializeCluster) -> agent pods (HealthCheckCluster, pod conditions). The first outcome is written.
+``kube-system`` UID (InitializeCluster, ClusterUID) -> management namespace, agent release (a stuck pending
+operation recovered; an upgrade through the bridge, :mod:`.upgrade`: DeployProxyOnlyAgent or a silent wait),
+RBAC (InitializeCluster) -> agent pods (HealthCheckCluster, pod conditions). The first outcome is written.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from vplane.kube import errors
 from vplane.kube.accesskeys import ADMINS_GROUP, API_VERSION, cluster_key_name
 from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import NodeInfo
+from vplane.platform.clusters import bridge as br
+from vplane.platform.clusters import diagnostics as diag
 from vplane.platform.clusters import status as st
 from vplane.platform.clusters import values as av
 from vplane.platform.clusters.gateway import AGENT_HEALTH_PATH, Gateway, agent_sessions
@@ -64,30 +67,72 @@ class ClientBuildError(Exception):
 
 
 class BridgeError(Exception):
-    """An actual error of the upgrade bridge (``proxy-only-agent``): DeployProxyOnlyAgent. Raised by the
-    upgrade flow of issue 11 item 7, which plugs in as the :class:`ReleaseApplier`."""
+    """An actual error of the upgrade bridge (``proxy-only-agent``): DeployProxyOnlyAgent."""
+
+
+class BridgeWaiting(Exception):
+    """The upgrade waits for the bridge's tunnel session: the pass ends with ``outcome`` (silent, or
+    DeployProxyOnlyAgent once the wait has lasted and a real error shows)."""
+
+    def __init__(self, outcome: st.Outcome) -> None:
+        super().__init__(outcome.message or "waiting for the bridge")
+        self.outcome = outcome
+
+
+class ReleasePending(Exception):
+    """The release's last operation is still pending and may be running: requeue silently."""
+
+
+@dataclass
+class ReleaseChange:
+    """Everything an applier needs to change one cluster's agent release."""
+
+    cluster: str
+    mode: st.Mode
+    namespace: str
+    """Where the release lives (or is installed)."""
+    chart: Path
+    values: dict[str, Any]
+    version: str
+    action: av.Action
+    why: str
+    current: av.Release | None
+    helm: Helm
+    """helm through the cluster's usual connection."""
+    client: KubeClient
+    sessions: Callable[[], list[br.Session]]
+    """The cluster's agent sessions on this platform, now."""
+    helm_through: Callable[[str], Helm]
+    """helm pinned to one agent session (the bridge's)."""
+    reachable: Callable[[str], Awaitable[bool]]
+    """Whether that session answers the platform's health check through the tunnel."""
 
 
 class ReleaseApplier(Protocol):
-    """Applies an install or upgrade of the agent release. Today helm runs directly; the upgrade flow
-    (a temporary ``proxy-only-agent`` bridge for tunnel clusters) replaces this and raises
-    :class:`BridgeError` for its own failures."""
+    """Changes the agent release. :func:`helm_directly` runs helm; :class:`.upgrade.UpgradeBridge` (what the
+    platform uses) puts the temporary ``proxy-only-agent`` bridge in front of a tunnel cluster's chart
+    upgrade and raises :class:`BridgeError` or :class:`BridgeWaiting`."""
 
-    def __call__(
-        self,
-        helm: Helm,
-        chart: Path,
-        namespace: str,
-        values: dict[str, Any],
-        action: av.Action,
-        mode: st.Mode,
-    ) -> Awaitable[None]: ...
+    async def apply(self, change: ReleaseChange) -> None:
+        """Install or upgrade (``change.action`` is not ``none``)."""
+
+    async def settle(self, change: ReleaseChange) -> None:
+        """The release is as the platform wants it: clear what an interrupted change left behind."""
 
 
-async def helm_directly(
-    helm: Helm, chart: Path, namespace: str, values: dict[str, Any], action: av.Action, mode: st.Mode
-) -> None:
-    await helm.upgrade_install(chart, namespace, values)
+class HelmDirectly:
+    async def apply(self, change: ReleaseChange) -> None:
+        await change.helm.upgrade_install(change.chart, change.namespace, change.values)
+
+    async def settle(self, change: ReleaseChange) -> None:
+        return None
+
+
+helm_directly = HelmDirectly()
+
+
+def _session(node: NodeInfo) -> br.Session:
+    return br.Session(node.id, node.name, node.labels, node.online, node.connected_at or 0.0)
 
 
 def _describe(exc: BaseException) -> str:
@@ -137,9 +182,11 @@ class ClusterController:
             "clusters", self.informer, self.reconcile, workers=self.settings.cluster_workers
         )
         self._clients: dict[str, _ClusterClient] = {}
-        self._release_checked: dict[str, tuple[str, float]] = {}
+        self._release_checked: dict[str, tuple[str, float, str]] = {}
         self._claims: dict[str, str] = {}
         """UIDs this process recorded, ahead of the informer seeing the annotation."""
+        self._pending_seen: dict[tuple[str, str, int], float] = {}
+        """(cluster, namespace, revision) of a pending release -> when this process first saw it pending."""
         self._uid_lock = asyncio.Lock()
 
     # -- events from outside the API ------------------------------------------------------------
@@ -225,9 +272,13 @@ class ClusterController:
             return st.step_failed(st.Step.NAMESPACE, _describe(exc), namespace), None
         if mode is not st.Mode.LOCAL:
             try:
-                await self._release(name, cluster, mode, namespace, entry)
+                namespace = await self._release(name, cluster, mode, namespace, entry, sessions)
             except BridgeError as exc:
                 return st.deploy_proxy_only_agent_failed(str(exc)), None
+            except BridgeWaiting as exc:
+                return exc.outcome, None
+            except ReleasePending:
+                return st.SILENT, None
             except (HelmError, av.AgentValuesInvalid, errors.StatusError, TransportError, OSError) as exc:
                 return st.step_failed(st.Step.RELEASE, _describe(exc)), None
         try:
@@ -241,6 +292,10 @@ class ClusterController:
         except (errors.StatusError, TransportError) as exc:
             return st.health_check_failed(namespace, _describe(exc)), None
         return st.pods_outcome(pods.items, namespace), None
+
+    async def _reachable(self, node_id: str) -> bool:
+        node = next((n for n in self.deps.nodes() if n.id == node_id and n.online), None)
+        return node is not None and await self._health_check([node]) == 1
 
     async def _health_check(self, nodes: list[NodeInfo]) -> int:
         """How many of the online sessions answer through the tunnel; dial and HTTP failures count as not
@@ -267,6 +322,51 @@ class ClusterController:
 
         results = await asyncio.gather(*(one(n) for n in nodes))
         return sum(results)
+
+    # -- diagnosis (vplane doctor cluster) ---------------------------------------------------------
+
+    async def diagnose(self, name: str) -> dict[str, Any]:
+        """The Cluster's ``diagnostics`` subresource: what the platform knows (mode, its mesh client, the
+        agent's tunnel sessions) and what it reads of the cluster through its own connection."""
+        cluster = self.informer.get(name)
+        if cluster is None:
+            raise errors.not_found("clusters", name, CLUSTERS.group)
+        spec = cluster.get("spec") or {}
+        mode = st.mode_of(spec)
+        spec_namespace = st.management_namespace(spec)
+        checked = self._release_checked.get(name)
+        doc: dict[str, Any] = {
+            "mode": mode.value if mode is not None else "",
+            "managementNamespace": spec_namespace,
+            "localClient": {"connected": self.deps.local.available, "error": self.deps.local.error},
+            "sessions": [
+                {
+                    "id": n.id,
+                    "hostname": n.name,
+                    "mode": n.labels.get(br.MODE_LABEL, ""),
+                    "namespace": n.labels.get(br.NAMESPACE_LABEL, ""),
+                    "online": n.online,
+                    "connectedAt": timeutil.rfc3339(n.connected_at) if n.connected_at else "",
+                    "lastSeen": timeutil.rfc3339(n.last_seen) if n.last_seen else "",
+                }
+                for n in agent_sessions(self.deps.nodes(), name)
+            ],
+        }
+        if mode is None or mode is st.Mode.LOCAL:
+            return {**doc, "cluster": None}
+        try:
+            entry = await self._client(name, cluster, mode)
+        except ClientBuildError as exc:
+            return {**doc, "cluster": {"via": "platform", "reachable": False, "error": str(exc)}}
+        helm = Helm(
+            find_helm(self.settings.helm_binary),
+            entry.kubeconfig,
+            self.deps.data_dir / "helm",
+            self.settings.cluster_request_timeout_seconds,
+        )
+        namespace = checked[2] if checked is not None else spec_namespace
+        doc["cluster"] = await diag.collect(entry.client, helm, namespace, "platform")
+        return doc
 
     # -- clients ----------------------------------------------------------------------------------
 
@@ -335,6 +435,8 @@ class ClusterController:
                 await entry.client.close()
         self._release_checked.pop(name, None)
         self._claims.pop(name, None)
+        for seen in [k for k in self._pending_seen if k[0] == name]:
+            del self._pending_seen[seen]
         shutil.rmtree(self._dir(name), ignore_errors=True)
         if deleted:
             # The cluster's agent key goes with it: its sessions end (the platform revokes on deletion).
@@ -405,11 +507,18 @@ class ClusterController:
         )
 
     async def _release(
-        self, name: str, cluster: Obj, mode: st.Mode, namespace: str, entry: _ClusterClient
-    ) -> None:
+        self,
+        name: str,
+        cluster: Obj,
+        mode: st.Mode,
+        spec_namespace: str,
+        entry: _ClusterClient,
+        sessions: list[NodeInfo],
+    ) -> str:
         """Install or upgrade the agent release when absent, of another chart version, not ``deployed``,
         or with drifted values; helm is asked only when the desired values changed or every
-        ``agent_release_recheck_seconds`` (so a resync costs no subprocess)."""
+        ``agent_release_recheck_seconds`` (so a resync costs no subprocess). Returns the namespace the
+        release lives in: ``spec.managementNamespace``, else ``loft`` or ``vcluster-platform`` (spec §13.6)."""
         annotations = (cluster.get("metadata") or {}).get("annotations") or {}
         extra = av.extra_values({}, self.settings.agent_values, annotations.get(st.AGENT_VALUES_ANNOTATION))
         key = await self.deps.agent_key(name)
@@ -418,7 +527,7 @@ class ClusterController:
         )
         fingerprint = hashlib.sha256(
             orjson.dumps(
-                [desired, self.deps.version, namespace, entry.fingerprint], option=orjson.OPT_SORT_KEYS
+                [desired, self.deps.version, spec_namespace, entry.fingerprint], option=orjson.OPT_SORT_KEYS
             )
         ).hexdigest()
         now = time.monotonic()
@@ -428,24 +537,124 @@ class ClusterController:
             and checked[0] == fingerprint
             and now - checked[1] < self.settings.agent_release_recheck_seconds
         ):
-            return
-        helm = Helm(
-            find_helm(self.settings.helm_binary),
-            entry.kubeconfig,
-            self.deps.data_dir / "helm",
-            self.settings.helm_timeout_seconds,
-        )
-        current = await helm.release(namespace)
+            return checked[2]
+        helm = self._helm(entry.kubeconfig)
+        namespace, current = await self._find_release(helm, spec_namespace)
+        if current is None and mode is st.Mode.TUNNEL:
+            # The agent is connected (the pass got here through it), so its release is somewhere else:
+            # installing a second agent would not fix that (the runbook's "release does not exist" loop).
+            agent_namespaces = [str(n.labels.get(br.NAMESPACE_LABEL) or "") for n in sessions if n.online]
+            raise HelmError(
+                br.missing_release_message(br.release_namespaces(spec_namespace), agent_namespaces)
+            )
+        if current is not None and current.status in br.PENDING:
+            current = await self._recover_pending(name, helm, entry.client, namespace, current)
         action, why = av.release_action(current, desired, self.deps.version)
+        change = ReleaseChange(
+            cluster=name,
+            mode=mode,
+            namespace=namespace,
+            chart=find_chart(self.settings.agent_chart),
+            values=desired,
+            version=self.deps.version,
+            action=action,
+            why=why,
+            current=current,
+            helm=helm,
+            client=entry.client,
+            sessions=lambda: [_session(n) for n in agent_sessions(self.deps.nodes(), name)],
+            helm_through=lambda node: self._helm(self._pinned_kubeconfig(name, node)),
+            reachable=self._reachable,
+        )
         if action != "none":
             log.info(
                 "agent release needs a change", cluster=name, action=action, why=why, namespace=namespace
             )
-            await self.apply_release(
-                helm, find_chart(self.settings.agent_chart), namespace, desired, action, mode
-            )
+            await self.apply_release.apply(change)
             log.info("agent release applied", cluster=name, action=action, namespace=namespace)
-        self._release_checked[name] = (fingerprint, now)
+        else:
+            await self.apply_release.settle(change)
+        self._release_checked[name] = (fingerprint, now, namespace)
+        return namespace
+
+    def _helm(self, kubeconfig: Path) -> Helm:
+        return Helm(
+            find_helm(self.settings.helm_binary),
+            kubeconfig,
+            self.deps.data_dir / "helm",
+            self.settings.helm_timeout_seconds,
+        )
+
+    def _pinned_kubeconfig(self, name: str, node: str) -> Path:
+        """A private kubeconfig whose server is the gateway pinned to one agent session."""
+        doc = av.kubeconfig(
+            self.deps.gateway.server_url(self.deps.platform_url, name, node),
+            self.deps.ca_pem,
+            self.deps.gateway.token,
+        )
+        path = self._dir(name) / "kubeconfig-bridge.yaml"
+        write_private(path, yaml.safe_dump(doc, sort_keys=True))
+        return path
+
+    async def _find_release(self, helm: Helm, spec_namespace: str) -> tuple[str, av.Release | None]:
+        for namespace in br.release_namespaces(spec_namespace):
+            current = await helm.release(namespace)
+            if current is not None:
+                if namespace != spec_namespace:
+                    log.info(
+                        "the agent release is in a default namespace, not spec.managementNamespace",
+                        namespace=namespace,
+                        management_namespace=spec_namespace,
+                    )
+                return namespace, current
+        return spec_namespace, None
+
+    async def _recover_pending(
+        self, name: str, helm: Helm, client: KubeClient, namespace: str, current: av.Release
+    ) -> av.Release | None:
+        """A release whose last operation is pending: wait while it may still run (another helm, another
+        replica), then roll back to the last good revision, or forget an interrupted install's record
+        (the next install adopts what it left). Raises :class:`ReleasePending` while waiting."""
+        seen_key = (name, namespace, current.revision)
+        first_seen = self._pending_seen.setdefault(seen_key, time.monotonic())
+        pending_for = time.monotonic() - first_seen
+        history = await helm.history(namespace)
+        recovery, revision = br.pending_recovery(
+            history, pending_for, self.settings.agent_release_stuck_seconds
+        )
+        if recovery == "wait":
+            log.info(
+                "the agent release has an operation pending; waiting before recovering it",
+                cluster=name,
+                namespace=namespace,
+                status=current.status,
+                revision=current.revision,
+                pending_seconds=round(pending_for, 1),
+            )
+            raise ReleasePending(current.status)
+        if recovery == "rollback" and revision is not None:
+            log.warning(
+                "the agent release is stuck; rolling back",
+                cluster=name,
+                namespace=namespace,
+                status=current.status,
+                revision=current.revision,
+                to_revision=revision,
+            )
+            await helm.rollback(namespace, revision)
+        elif revision is not None:
+            record = f"sh.helm.release.v1.{av.RELEASE_NAME}.v{revision}"
+            log.warning(
+                "the agent release's install is stuck; forgetting its pending record",
+                cluster=name,
+                namespace=namespace,
+                status=current.status,
+                record=record,
+            )
+            with contextlib.suppress(errors.StatusError):
+                await client.delete(SECRETS, record, namespace=namespace)
+        self._pending_seen.pop(seen_key, None)
+        return await helm.release(namespace)
 
     async def _write(self, cluster: Obj, outcome: st.Outcome, online: bool | None) -> None:
         current = cluster.get("status") or {}

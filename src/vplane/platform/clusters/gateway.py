@@ -31,6 +31,9 @@ log = structlog.get_logger("vplane.platform.clusters")
 PREFIX = "/vplane/cluster-gateway/"
 AGENT_HEALTH_PATH = "/vplane/agent/healthz"
 """Answered by the agent itself (``vplane.agent.relay.HEALTH_PATH``; the layers share no module)."""
+NODE_SEPARATOR = "~"
+"""``<cluster>~<node-id>`` pins the gateway to one session (the upgrade bridge's); no Kubernetes name has a
+``~``."""
 _DROP = frozenset({"authorization", "host", "content-length"}) | HOP_BY_HOP
 
 
@@ -51,18 +54,22 @@ class Gateway:
         self.nodes = nodes
         self.token = secrets.token_urlsafe(32)
 
-    def server_url(self, platform_url: str, cluster: str) -> str:
-        return f"{platform_url.rstrip('/')}{PREFIX}{cluster}"
+    def server_url(self, platform_url: str, cluster: str, node: str | None = None) -> str:
+        """The cluster through its newest online agent session, or through session ``node`` only."""
+        pinned = f"{NODE_SEPARATOR}{node}" if node else ""
+        return f"{platform_url.rstrip('/')}{PREFIX}{cluster}{pinned}"
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         header = request.headers.get("Authorization", "")
         given = header[7:] if header.lower().startswith("bearer ") else ""
         if not hmac.compare_digest(given.encode(), self.token.encode()):
             return _status(errors.unauthorized())
-        name, _, rest = request.rel_url.raw_path[len(PREFIX) :].partition("/")
-        online = [n for n in agent_sessions(self.nodes(), name) if n.online]
+        segment, _, rest = request.rel_url.raw_path[len(PREFIX) :].partition("/")
+        name, _, node = segment.partition(NODE_SEPARATOR)
+        online = [n for n in agent_sessions(self.nodes(), name) if n.online and (not node or n.id == node)]
         if not online:
-            return _status(errors.service_unavailable(f'cluster "{name}" has no online agent session', 1))
+            what = f"agent session {node}" if node else "agent session"
+            return _status(errors.service_unavailable(f'cluster "{name}" has no online {what}', 1))
         try:
             http = self.local.http()
         except Unavailable as exc:

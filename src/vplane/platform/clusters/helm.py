@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import orjson
 import yaml
 
 import vplane
+from vplane.platform.clusters.bridge import Revision
 from vplane.platform.clusters.values import RELEASE_NAME, Release
 from vplane.support.files import write_private
 
@@ -77,8 +79,12 @@ class Helm:
     home: Path
     """Where helm's cache, config and data live (private to the caller)."""
     timeout_seconds: float = 120.0
+    context: str | None = None
+    """A context of the kubeconfig other than its current one."""
 
     async def run(self, *args: str) -> str:
+        if self.context:
+            args = ("--kube-context", self.context, *args)
         env = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": str(self.home),
@@ -127,15 +133,53 @@ class Helm:
             values=values if isinstance(values, dict) else {},
         )
 
+    async def history(self, namespace: str, name: str = RELEASE_NAME) -> list[Revision]:
+        listed = orjson.loads(await self.run("history", name, "--namespace", namespace, "--output", "json"))
+        return [
+            Revision(
+                revision=int(r.get("revision") or 0),
+                status=str(r.get("status") or ""),
+                chart=str(r.get("chart") or ""),
+                description=str(r.get("description") or ""),
+            )
+            for r in listed or []
+            if isinstance(r, dict)
+        ]
+
+    async def rollback(self, namespace: str, revision: int, name: str = RELEASE_NAME) -> None:
+        await self.run(
+            "rollback",
+            name,
+            str(revision),
+            "--namespace",
+            namespace,
+            "--timeout",
+            f"{int(self.timeout_seconds)}s",
+        )
+
+    async def template(
+        self, chart: Path, namespace: str, values: dict[str, Any], name: str = RELEASE_NAME
+    ) -> str:
+        """The manifests the chart renders with these values (no cluster contacted)."""
+        with self._values_file(values) as path:
+            return await self.run(
+                "template", name, str(chart), "--namespace", namespace, "--values", str(path)
+            )
+
+    @contextlib.contextmanager
+    def _values_file(self, values: dict[str, Any]) -> Iterator[Path]:
+        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.home) as tmp:
+            path = Path(tmp) / "values.yaml"
+            write_private(path, yaml.safe_dump(values, sort_keys=True))
+            yield path
+
     async def upgrade_install(
         self, chart: Path, namespace: str, values: dict[str, Any], name: str = RELEASE_NAME
     ) -> None:
         """One values file with everything (token included), so ``helm get values`` reads back exactly the
         platform's desired values and drift is a plain comparison."""
-        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=self.home) as tmp:
-            path = Path(tmp) / "values.yaml"
-            write_private(path, yaml.safe_dump(values, sort_keys=True))
+        with self._values_file(values) as path:
             await self.run(
                 "upgrade",
                 name,

@@ -26,12 +26,16 @@ from vplane.platform.clusters.controller import ClusterController, ClusterDeps
 from vplane.platform.clusters.gateway import PREFIX as GATEWAY_PREFIX
 from vplane.platform.clusters.gateway import Gateway
 from vplane.platform.clusters.localclient import PLATFORM_KIND, LocalClient, is_platform_identity
+from vplane.platform.clusters.upgrade import UpgradeBridge
 from vplane.platform.settings import PlatformSettings
 from vplane.support import tls
 from vplane.support.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
+    from vplane.apiserver.context import RequestContext
+    from vplane.apiserver.registry import ResourceType
     from vplane.apiserver.server import APIServer
+    from vplane.kube.requestinfo import RequestInfo
     from vplane.platform.identity import AccessKeyIndex
 
 log = structlog.get_logger("vplane.platform.clusters")
@@ -76,6 +80,7 @@ class ConnectedClusters:
         self.controller: ClusterController | None = None
         self._tasks: list[asyncio.Task[None]] = []
         api.admission.add(ConnectedClusterLimit(api, settings.connected_cluster_limit))
+        api.subresource_handlers[(GROUP, "clusters", "diagnostics")] = self.diagnostics
 
     def routes(self) -> dict[str, Any]:
         return {GATEWAY_PREFIX: self._gateway, AGENT_VALUES_PREFIX: self.agent_values}
@@ -120,7 +125,8 @@ class ConnectedClusters:
                 local_kubeconfig=local_kubeconfig,
                 version=vplane.__version__,
                 data_dir=settings.data_dir,
-            )
+            ),
+            apply_release=UpgradeBridge(settings),
         )
         self._tasks.append(asyncio.create_task(self.controller.controller.run(), name="clusters-controller"))
 
@@ -147,6 +153,27 @@ class ConnectedClusters:
 
             return status_response(errors.service_unavailable("the platform is starting", 1))
         return await self.gateway.handle(request)
+
+    async def diagnostics(
+        self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
+    ) -> web.StreamResponse:
+        """``GET clusters/<name>/diagnostics`` (RBAC: ``get`` on ``clusters/diagnostics``, administrators by
+        default): the agent's sessions, pods, logs, bridge and Helm history, read through the platform's own
+        connection to the cluster."""
+        from vplane.apiserver.handlers import object_response, response_format
+
+        if request.method != "GET":
+            raise errors.method_not_allowed()
+        self.api.objects.must_get(rtype, "", info.name)
+        if self.controller is None:
+            raise errors.service_unavailable("the platform is starting", 1)
+        body = {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "ClusterDiagnostics",
+            "metadata": {"name": info.name},
+            **await self.controller.diagnose(info.name),
+        }
+        return object_response(body, response_format(request), 200, ctx)
 
     async def agent_values(self, request: web.Request) -> web.StreamResponse:
         """The agent's Helm values but its connection values, for the connect command: the platform's
