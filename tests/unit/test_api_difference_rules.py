@@ -100,7 +100,7 @@ JSON_VALUES = st.recursive(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)  # a scan per cut: slow under load, not wrong
 @given(JSON_VALUES, st.booleans())
 def test_every_cut_of_a_json_text_is_judged_the_same_from_its_end(value: Any, indent: bool) -> None:
     """A prefix of a JSON text either is one (None) or ends early, and then :func:`gojson.end_of_input`,
@@ -116,7 +116,7 @@ def test_every_cut_of_a_json_text_is_judged_the_same_from_its_end(value: Any, in
             assert found == gojson.end_of_input(prefix), prefix
 
 
-@settings(max_examples=1000)
+@settings(max_examples=1000, deadline=None)
 @given(st.text(alphabet='{}[]":,0123456789.eE+-truefalsn \t\n\\ux', max_size=16))
 def test_go_and_orjson_agree_on_what_is_json(text: str) -> None:
     """On short ASCII inputs (no depth, UTF-8 or surrogate differences) the scanner accepts what orjson
