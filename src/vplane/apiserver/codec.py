@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import yaml
 
-from vplane.kube import errors, protobuf, yamlsafe
+from vplane.kube import errors, gojson, protobuf, yamlsafe
 from vplane.kube.objects import Obj
 from vplane.storage.interface import KeyValue
 
@@ -184,11 +184,17 @@ def decode_body(
     allowed: tuple[str, ...] = BODY_TYPES,
     want_duplicates: bool = False,
     max_bytes: int | None = None,
+    kind: str = "",
+    field_validation: str = "Warn",
 ) -> tuple[Any, list[str]]:
     """Decode a request body; returns the value and the duplicate JSON keys seen (when asked for).
 
     Whatever the media type, the value is plain JSON data (string keys, no YAML timestamps or binary),
-    nested at most :data:`MAX_DEPTH` deep, and re-encodes to at most ``max_bytes`` (413 past it)."""
+    nested at most :data:`MAX_DEPTH` deep, and re-encodes to at most ``max_bytes`` (413 past it).
+
+    A JSON body that is not JSON is answered as upstream's handler for it would: with ``kind`` (the
+    create or update of that kind) ``the object provided is unrecognized (must be of type <kind>)``, for
+    patches per patch type and ``field_validation``, otherwise as its serializer words it."""
     mtype = media_type(content_type) or JSON
     if mtype not in allowed:
         raise errors.unsupported_media_type(mtype, allowed)
@@ -198,7 +204,11 @@ def decode_body(
         return value, []
     if mtype in (YAML, APPLY_PATCH):
         return _yaml(body, max_bytes), []
-    return _json(body, want_duplicates, max_bytes)
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise _not_json(body, exc, mtype, kind, field_validation) from None
+    return _json(body, value, want_duplicates, max_bytes)
 
 
 def _check_size(encoded: bytes, max_bytes: int | None) -> None:
@@ -206,13 +216,31 @@ def _check_size(encoded: bytes, max_bytes: int | None) -> None:
         raise errors.decoded_body_too_large(max_bytes)
 
 
-def _json(body: bytes, want_duplicates: bool, max_bytes: int | None) -> tuple[Any, list[str]]:
-    if not body.strip():
-        raise errors.bad_request("the request body is empty")
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise errors.bad_request(f"json parse error: {exc}") from None
+def _not_json(
+    body: bytes, exc: orjson.JSONDecodeError, mtype: str, kind: str, field_validation: str
+) -> errors.StatusError:
+    """The answer to a JSON body orjson refused: Go's syntax error in the words of the upstream handler the
+    request stands for (only here, off the decoding path, is the body looked at again)."""
+    if not body.strip() or (exc.doc and exc.pos >= len(exc.doc)):
+        detail: str | None = gojson.end_of_input(body)  # orjson read it all: the body was cut short
+    else:
+        detail = gojson.syntax_error(body)
+    if detail is None:  # JSON to Go (nested past orjson's 1024 levels, strings not UTF-8) or too long to tell
+        if exc.msg == "depth limit exceeded":
+            return errors.nested_too_deeply(MAX_DEPTH)
+        return errors.bad_request(f"json parse error: {exc}")
+    if mtype == STRATEGIC_MERGE_PATCH:
+        return errors.bad_request(detail)  # strategicPatchObject: the decoder's error as it is
+    if mtype in (JSON_PATCH, MERGE_PATCH):
+        if field_validation in ("Warn", "Strict"):
+            return errors.error_decoding_patch(detail)
+        return errors.invalid_json_patch() if mtype == MERGE_PATCH else errors.bad_request(detail)
+    if kind:
+        return errors.unrecognized_object(kind, detail, body)
+    return errors.json_parse_error(detail)
+
+
+def _json(body: bytes, value: Any, want_duplicates: bool, max_bytes: int | None) -> tuple[Any, list[str]]:
     encoded = _encode(value)
     size = len(encoded) - 2 * _WRAP
     if max_bytes is not None and size > max_bytes:

@@ -22,7 +22,7 @@ from vplane.apiserver import codec
 from vplane.apiserver.context import RequestContext
 from vplane.apiserver.objects import DeleteOptions, patch_types_for
 from vplane.apiserver.registry import ResourceType
-from vplane.apiserver.watch import Watcher, WatchEvent, frame_obj
+from vplane.apiserver.watch import Watcher, WatchEvent, frame_obj, next_bookmark_at
 from vplane.kube import errors, fields, labels
 from vplane.kube.objects import Obj
 from vplane.kube.requestinfo import RequestInfo
@@ -626,27 +626,29 @@ class ResourceHandlers:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_seconds
         bookmark_every = self.settings.bookmark_interval_seconds
-        next_bookmark = loop.time() + bookmark_every
+        next_bookmark = next_bookmark_at(loop.time(), bookmark_every, deadline) if bookmarks else None
         last_rev = max(snapshot_rev, start_rev)
         queue = watcher.queue
         while True:
             now = loop.time()
             if now >= deadline:
                 break
+            if next_bookmark is not None and now >= next_bookmark:
+                # With nothing queued every event up to the cache's revision has been sent; otherwise only
+                # those up to the last one sent have.
+                rev = max(last_rev, self.cache.revision) if queue.empty() else last_rev
+                await resp.write(frame_obj("BOOKMARK", self._bookmark(rtype, rev)))
+                next_bookmark = next_bookmark_at(loop.time(), bookmark_every, deadline)
+                continue
             if not queue.empty():  # no timer needed while events are waiting
                 item = queue.get_nowait()
             else:
                 wait = deadline - now
-                if bookmarks:
+                if next_bookmark is not None:
                     wait = min(wait, max(0.0, next_bookmark - now))
                 try:
                     item = await asyncio.wait_for(queue.get(), timeout=wait)
                 except TimeoutError:
-                    if bookmarks and loop.time() >= next_bookmark:
-                        await resp.write(
-                            frame_obj("BOOKMARK", self._bookmark(rtype, max(last_rev, self.cache.revision)))
-                        )
-                        next_bookmark = loop.time() + bookmark_every
                     continue
             if item is None:
                 break  # overflowed, the client went, or the server stops: clients re-watch
@@ -681,6 +683,7 @@ class ResourceHandlers:
             allowed=allowed,
             want_duplicates=want_dupes,
             max_bytes=self.settings.max_body_bytes,
+            kind=rtype.kind,
         )
 
     async def create(
@@ -737,7 +740,11 @@ class ResourceHandlers:
             raise errors.unsupported_media_type(content_type, allowed)
         body = await self.server.read_body(request)
         value, _ = codec.decode_body(
-            body, content_type, allowed=allowed, max_bytes=self.settings.max_body_bytes
+            body,
+            content_type,
+            allowed=allowed,
+            max_bytes=self.settings.max_body_bytes,
+            field_validation=ctx.field_validation,
         )
         force = _bool_param(request.query, "force")
         if force and content_type != codec.APPLY_PATCH:

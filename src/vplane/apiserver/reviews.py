@@ -278,6 +278,7 @@ class Reviews:
             request.headers.get("Content-Type", ""),
             want_duplicates=ctx.field_validation in ("Strict", "Warn"),
             max_bytes=self.server.settings.max_body_bytes,
+            kind="TokenRequest",
         )
         obj = codec.require_object(value)
         spec = obj.get("spec")

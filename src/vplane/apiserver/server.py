@@ -655,6 +655,8 @@ class APIServer:
         if len(info.parts) > 3 and info.subresource != "proxy":
             raise errors.not_found_path()
         verb = info.verb
+        if not info.name and verb in ("update", "patch"):
+            raise errors.method_not_allowed()  # upstream routes no PUT or PATCH to a collection
         if verb not in rtype.verbs and not info.subresource:
             raise errors.method_not_allowed()
         if info.subresource:

@@ -10,6 +10,9 @@ client re-watches from the last revision it saw and loses nothing, while a stuck
 server buffer without limit. A watcher whose client has gone is closed at once (the handler registers
 :meth:`Watcher.close` for the connection's loss), and the hub counts each user's open watches so a
 per-user cap can refuse more.
+
+Bookmarks (for watches that allow them) come every ``bookmark_interval_seconds`` and once more 2 s before
+the watch's timeout (:func:`next_bookmark_at`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,19 @@ from vplane.kube.objects import Obj
 from vplane.storage.interface import Event, KeyValue
 
 CLOSE = None
+
+PRE_TIMEOUT_BOOKMARK_SECONDS = 2.0
+"""A watch that allows bookmarks gets one this long before its timeout ends it, as from upstream's cacher
+(``cacheWatcher.nextBookmarkTime``), so a reflector re-watches from a fresh revision, not from the last
+event it happened to see."""
+
+
+def next_bookmark_at(now: float, interval: float, deadline: float) -> float | None:
+    """When a bookmark-enabled watch ending at ``deadline`` gets its next bookmark: ``interval`` from now,
+    but no later than :data:`PRE_TIMEOUT_BOOKMARK_SECONDS` before the deadline; None once that moment has
+    passed (no more bookmarks, so a watch of 2 s or less gets none, as upstream)."""
+    at = min(now + interval, deadline - PRE_TIMEOUT_BOOKMARK_SECONDS)
+    return at if at > now else None
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ one place. The factory functions spell the upstream messages exactly, because cl
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -35,7 +36,9 @@ class StatusError(Exception):
         self.code = code
         self.reason = reason
         self.message = message
-        self.details = dict(details) if details else None
+        # An empty mapping is kept: upstream sends ``details: {}`` for the errors whose StatusDetails it sets
+        # with nothing in them (405 and 404 from its router, 403 on non-resource paths).
+        self.details = dict(details) if details is not None else None
         self.headers = dict(headers) if headers else {}
 
     def to_status(self) -> dict[str, Any]:
@@ -47,7 +50,7 @@ class StatusError(Exception):
             "message": self.message,
             "reason": self.reason,
         }
-        if self.details:
+        if self.details is not None:
             status["details"] = self.details
         status["code"] = self.code
         return status
@@ -150,8 +153,13 @@ def not_found_path() -> StatusError:
 
 
 def method_not_allowed() -> StatusError:
+    """405 as upstream's router answers a method a path has no route for (``NewGenericServerResponse``
+    with no resource: empty ``details``), e.g. PUT or PATCH on a collection, POST on an object."""
     return StatusError(
-        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+        405,
+        "MethodNotAllowed",
+        "the server does not allow this method on the requested resource",
+        details={},
     )
 
 
@@ -206,6 +214,53 @@ def decoded_body_too_large(limit: int) -> StatusError:
         "RequestEntityTooLarge",
         f"Request entity too large: the decoded body exceeds the limit of {limit}",
     )
+
+
+def json_parse_error(detail: str) -> StatusError:
+    """A JSON body that is not JSON, where upstream's serializer reads ``apiVersion`` and ``kind`` first
+    (``json.SimpleMetaFactory.Interpret``); ``detail`` is Go's ``encoding/json`` syntax error
+    (:mod:`vplane.kube.gojson`). Upstream answers this 500 for a DeleteOptions body (a plain error reaches
+    its response writer); we answer 400, since the client sent it."""
+    return bad_request(f"couldn't get version/kind; json parse error: {detail}")
+
+
+def unrecognized_object(kind: str, detail: str, body: bytes) -> StatusError:
+    """A create or update body that is not JSON (upstream ``transformDecodeError`` in
+    ``endpoints/handlers/rest.go``, around the serializer's :func:`json_parse_error` text): ``the object
+    provided is unrecognized (must be of type ConfigMap): couldn't get version/kind; json parse error:
+    unexpected end of JSON input ({"apiVersion":"v1","kind":"Con ...)``."""
+    return bad_request(
+        f"the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; "
+        f"json parse error: {detail} ({summarize_body(body)})"
+    )
+
+
+def summarize_body(body: bytes, limit: int = 30) -> str:
+    """Upstream's ``summarizeData(body, 30)``: ``<empty>``, or the first 30 bytes as text when the body
+    starts with ``{`` and as hex otherwise, `` ...`` marking a cut. Bytes that are not UTF-8 become U+FFFD
+    one each, as Go's JSON encoder writes them in the answer."""
+    if not body:
+        return "<empty>"
+    suffix = " ..." if len(body) > limit else ""
+    head = body[:limit]
+    if head[:1] != b"{":
+        return head.hex() + suffix
+    text = head.decode("utf-8", "surrogateescape")
+    return _LONE_SURROGATES.sub("\ufffd", text) + suffix
+
+
+_LONE_SURROGATES = re.compile("[\udc80-\udcff]")
+
+
+def error_decoding_patch(detail: str) -> StatusError:
+    """A JSON or merge patch that is not JSON, with fieldValidation Warn or Strict (the default): upstream
+    decodes it strictly first (``jsonPatcher.applyJSPatch``)."""
+    return bad_request(f"error decoding patch: {detail}")
+
+
+def invalid_json_patch() -> StatusError:
+    """A merge patch that is not JSON with fieldValidation=Ignore (json-patch's ``ErrBadJSONPatch``)."""
+    return bad_request("Invalid JSON Patch")
 
 
 def yaml_alias(line: int, alias: str) -> StatusError:

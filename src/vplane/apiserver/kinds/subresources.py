@@ -116,11 +116,13 @@ class Subresources:
             allowed = patch_types_for(rtype)
             if content_type not in allowed:
                 raise errors.unsupported_media_type(content_type, allowed)
-            value, _ = codec.decode_body(body, content_type, allowed=allowed)
+            value, _ = codec.decode_body(
+                body, content_type, allowed=allowed, field_validation=ctx.field_validation
+            )
             wanted = _patched_scale(scale_of(rtype, current), content_type, value)
             user_rv = ""
         else:
-            value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""))
+            value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""), kind="Scale")
             wanted = codec.require_object(value)
             kind, api_version = wanted.get("kind"), wanted.get("apiVersion")
             if (
@@ -165,7 +167,7 @@ class Subresources:
         if info.verb != "create":
             raise errors.method_not_allowed()
         body = await self.server.read_body(request)
-        value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""))
+        value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""), kind="Eviction")
         eviction = codec.require_object(value)
         name = d(eviction.get("metadata")).get("name")
         if name and name != info.name:
@@ -303,7 +305,7 @@ class Subresources:
         if info.verb != "create":
             raise errors.method_not_allowed()
         body = await self.server.read_body(request)
-        value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""))
+        value, _ = codec.decode_body(body, request.headers.get("Content-Type", ""), kind="Binding")
         binding = codec.require_object(value)
         name = d(binding.get("metadata")).get("name")
         if name and name != info.name:
