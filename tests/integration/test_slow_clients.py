@@ -707,7 +707,10 @@ spec:
 @pytest.fixture
 def platform(tmp_path: Path, kubectl_path: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PlatformProcess]:
     monkeypatch.setenv("VPLANE_LOG_LEVEL", "debug")  # tenants inherit it
-    proc = PlatformProcess(tmp_path / "platform")
+    # The tenant's leader runs no controllers here: their watches would move the counts these tests read.
+    proc = PlatformProcess(
+        tmp_path / "platform", {"tenant_apiserver": '{"controller_manager": false, "scheduler": false}'}
+    )
     proc.start()
     try:
         k = Kubectl(kubectl_path, proc.kubeconfig, tmp_path / "platform-cache")

@@ -647,7 +647,10 @@ class ResourceHandlers:
                 if next_bookmark is not None:
                     wait = min(wait, max(0.0, next_bookmark - now))
                 try:
-                    item = await asyncio.wait_for(queue.get(), timeout=wait)
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for wraps the get in a task per event
+                    # and can swallow a cancel that arrives as an event does.
+                    async with asyncio.timeout(wait):
+                        item = await queue.get()
                 except TimeoutError:
                     continue
             if item is None:
