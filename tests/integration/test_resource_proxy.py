@@ -1068,7 +1068,7 @@ class TestProxy:
 
     def test_connection_upgrades_answer_501(self, env: Env) -> None:
         """exec-, attach- and port-forward-like upgrade requests to the proxied group get 501. Sent to a replica
-        directly: the platform's tenant path relays no upgrade headers."""
+        directly (the platform's tenant path relays upgrades as they are: tests/integration/test_streams.py)."""
         direct = env.direct("client", 0)
         before = count(
             direct.metrics(),
