@@ -169,3 +169,8 @@ class APIServerSettings(BaseModel):
     """SchedulerSettings fields for that scheduler, as a YAML map."""
     """ControllerManagerSettings fields for that controller manager, as a YAML map (for example
     ``--set controller_manager_settings='{controllers: [deployment, replicaset]}'``)."""
+
+    # -- issue 10 item 3 (tenant control planes as pods) -----------------------------------------
+    serving_cert_name: str = Field(default="serving", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """The serving certificate's files in ``<data dir>/pki`` (``<name>.crt``, ``.key``, ``.names``). Tenant
+    replicas that serve on addresses of their own (pod IPs) share a data directory, so each keeps its own."""

@@ -160,9 +160,12 @@ def platform_start(data_dir: Path, listen: str, overrides: tuple[str, ...], read
     settings = build_settings(
         PlatformSettings, {"data_dir": data_dir, "listen_host": host, "listen_port": port}, overrides
     )
+    from vplane.cli.hostnode import platform_node
+
+    host_node = platform_node(settings)
     private_process()
     lock = DataDirLock(claim_private_dir(data_dir)).acquire()
-    server = Platform(settings)
+    server = Platform(settings, host_node)
 
     async def start() -> None:
         await server.start()

@@ -25,7 +25,7 @@ from aiohttp import web
 from vplane.apiserver.context import UserInfo
 from vplane.kube import errors
 from vplane.kube.accesskeys import AUTH_FAILED, project_namespace
-from vplane.platform.tenants import Tenant
+from vplane.platform.placement import Tenant
 from vplane.support.httprelay import relay_response
 from vplane.support.requestheader import HOP_BY_HOP
 
@@ -106,7 +106,7 @@ class TenantProxy:
             raise errors.service_unavailable(
                 f'tenant cluster "{name}" in project "{project}" is not ready', 1
             )
-        target = f"https://127.0.0.1:{replicas[0].port}{rest}"
+        target = f"{replicas[0].url}{rest}"  # loopback for a process, the pod IP for a pod
         if request.query_string:
             target += "?" + request.query_string
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
