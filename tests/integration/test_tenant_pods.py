@@ -8,6 +8,7 @@ One platform for the module (`xdist_group` keeps it on one worker); the last tes
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import os
@@ -19,11 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
 from harness import Kubectl, PlatformProcess, node_processes, replica_pid, replica_pids
 from platformkit import FAST, TWO_REPLICAS, Platform, eventually, vci_manifest, wait_ready
+from vplane.cli import doctor
 from vplane.support import tls
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("tenant_pods")]
@@ -116,6 +119,17 @@ def test_logs_by_label_are_prefixed_by_pod(platform: Platform) -> None:
     ).stdout.splitlines()
     assert 0 < len(lines) <= 100
     assert all(line.startswith("[pod/logs-0/syncer] ") for line in lines), lines[:5]
+    # `vplane doctor proxy` reads a replica's log lines from its pod when no log file names it.
+    token = yaml.safe_load(platform.proc.kubeconfig.read_text())["users"][0]["user"]["token"]
+
+    async def doctor_lines() -> list[str]:
+        ctx = ssl.create_default_context(cafile=str(platform.proc.ca))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            return await doctor._pod_log_lines(
+                session, platform.proc.url, {"Authorization": f"Bearer {token}"}, "logs", 0
+            )
+
+    assert any("tenant control plane serving" in line for line in asyncio.run(doctor_lines()))
 
 
 def test_two_replicas_are_two_ready_pods_and_one_leader(platform: Platform, tmp_path: Path) -> None:

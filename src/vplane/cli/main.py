@@ -53,8 +53,13 @@ def _tenant_settings() -> type[BaseModel]:
 def _platform_nested() -> list[tuple[tuple[str, ...], type[BaseModel]]]:
     from vplane.apiserver.settings import APIServerSettings
     from vplane.mesh.settings import MeshSettings
+    from vplane.runtime.settings import RuntimeSettings
 
-    return [(("apiserver", "tenant_apiserver"), APIServerSettings), (("mesh", "tenant_mesh"), MeshSettings)]
+    return [
+        (("apiserver", "tenant_apiserver"), APIServerSettings),
+        (("mesh", "tenant_mesh"), MeshSettings),
+        (("host_node",), RuntimeSettings),
+    ]
 
 
 def _store_failure(store: Store) -> Any:
