@@ -235,6 +235,40 @@ def test_an_instance_of_the_same_name_in_another_project_says_whose_namespace_it
     assert vci_status(k, "dup")["phase"] == "Ready"
 
 
+def test_a_changed_vcluster_yaml_rolls_the_pods(platform: Platform) -> None:
+    """As a changed helm release restarts upstream's control plane: the pod template's checksum changes and
+    the StatefulSet replaces the pod; the new replica reads the new vcluster.yaml."""
+    k = platform.k
+    create(platform, "cfg")
+    eventually(lambda: running_ready(k, "vcluster-cfg", ["cfg-0"]), timeout=60)
+    uid = pod(k, "vcluster-cfg", "cfg-0")["metadata"]["uid"]
+    pid = replica_pid(platform.proc.tenant_dir("default", "cfg"))
+    k.run(
+        "patch",
+        "vci",
+        "cfg",
+        "-n",
+        "p-default",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"template": {"helmRelease": {"values": "sync: {}\n"}}}}),
+    )
+
+    def replaced() -> bool:
+        got = k.run("get", "pod", "cfg-0", "-n", "vcluster-cfg", "-o", "json", check=False)
+        if got.code != 0:
+            return False
+        current = json.loads(got.stdout)
+        return current["metadata"]["uid"] != uid and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in current["status"].get("conditions", [])
+        )
+
+    eventually(replaced, timeout=90)
+    assert (platform.proc.tenant_dir("default", "cfg") / "vcluster.yaml").read_text() == "sync: {}\n"
+    assert replica_pid(platform.proc.tenant_dir("default", "cfg")) != pid
+    wait_ready(k, "cfg")
+
+
 def test_a_killed_platform_restarted_keeps_its_tenants_pods(platform: Platform, tmp_path: Path) -> None:
     """SIGKILL of the platform (its node runtime with it): the pods' processes keep running; the restarted
     platform's runtime adopts them (same pids, no restart) and the tenant keeps serving."""

@@ -153,9 +153,12 @@ def test_pods_above_the_replica_count_and_terminating_pods_serve_nothing() -> No
     assert replicas[0].ready is False
 
 
-def test_a_pod_without_an_ip_is_not_ready() -> None:
+def test_a_pod_without_an_ip_is_no_endpoint_yet() -> None:
     replicas, _ = replicas_from_pods([pod("target-0", ip="", ready=True)], 1, 8443, NOW, 60)
-    assert replicas[0].ready is False
+    assert replicas == {}
+    waiting = {"reason": "ErrImagePull", "message": "not found"}
+    _, failed = replicas_from_pods([pod("target-0", ip="", ready=False, waiting=waiting)], 1, 8443, NOW, 60)
+    assert failed == "replica 0 (pod vcluster-target/target-0): ErrImagePull: not found"
 
 
 def test_a_replica_that_will_not_start_by_itself_fails_the_instance() -> None:

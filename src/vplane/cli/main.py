@@ -178,6 +178,8 @@ def platform_start(data_dir: Path, listen: str, overrides: tuple[str, ...], read
         click.echo(f"  kubectl --kubeconfig {server.management_kubeconfig} get projects")
         key = f"$(kubectl --kubeconfig {server.management_kubeconfig} config view --raw -o jsonpath='{{.users[0].user.token}}')"
         click.echo(f'  vplane platform login {server.url} --ca-file {server.ca_path} --access-key "{key}"')
+        if settings.tenant_placement == "pods":
+            click.echo(f"  kubectl --kubeconfig {server.management_kubeconfig} get pods -A -l app=vcluster")
 
     run_until_signalled(
         start,

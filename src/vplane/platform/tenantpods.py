@@ -55,6 +55,7 @@ from vplane.platform.placement import (
     tenant_args,
 )
 from vplane.platform.settings import PlatformSettings
+from vplane.platform.tenants import free_port
 from vplane.support import tls
 from vplane.support.files import private_dir, write_private
 from vplane.support.tasks import cancel_and_wait
@@ -251,7 +252,7 @@ def _parse_time(value: Any) -> float | None:
 def replicas_from_pods(
     pods: list[Obj], replicas: int, port: int, now: float, ready_timeout: float
 ) -> tuple[dict[int, Replica], str]:
-    """The replicas the pods stand for (ordinals below ``replicas``, their pod IPs, readiness) and why the
+    """The replicas the pods stand for (ordinals below ``replicas`` with a pod IP, their readiness) and why the
     instance is failing, if it is: a container waiting for something that will not pass by itself, or one
     running longer than ``ready_timeout`` without becoming ready."""
     found: dict[int, Replica] = {}
@@ -262,11 +263,13 @@ def replicas_from_pods(
             continue
         meta, status = _d(pod.get("metadata")), _d(pod.get("status"))
         ip = str(status.get("podIP") or "")
-        replica = Replica(index, port, host=ip or "127.0.0.1", ready=bool(ip) and pod_ready(pod))
         statuses = [_d(s) for s in _l(status.get("containerStatuses"))]
-        replica.restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
-        found[index] = replica
-        if replica.ready or failed:
+        ready = bool(ip) and pod_ready(pod)
+        if ip:  # a pod without an address yet is no endpoint
+            replica = Replica(index, port, host=ip, ready=ready)
+            replica.restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
+            found[index] = replica
+        if ready or failed:
             continue
         where = f"replica {index} (pod {meta.get('namespace')}/{meta.get('name')})"
         for cs in statuses:
@@ -377,8 +380,6 @@ class TenantPods:
         ``ports.json``, whose first port is replica 0's, so a tenant moved between placements keeps it)."""
         if self.settings.tenant_pod_port:
             return self.settings.tenant_pod_port
-        from vplane.platform.tenants import free_port
-
         path = directory / "ports.json"
         try:
             ports = json.loads(path.read_text())
