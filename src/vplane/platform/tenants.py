@@ -179,7 +179,7 @@ class TenantSupervisor:
             )
         replica.process = process
         replica.pid = process.pid
-        pid_file.write_text(str(process.pid))
+        write_private(pid_file, str(process.pid))  # replaced at once: a reader never sees it empty
         log.info(
             "started tenant replica",
             tenant=tenant.spec.name,
