@@ -13,7 +13,10 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -31,7 +34,14 @@ from vplane.support import tls
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("tenant_pods")]
 
-PODS = {**FAST, "tenant_placement": "pods", "tenant_readiness_period_seconds": 1}
+PODS = {
+    **FAST,
+    "tenant_placement": "pods",
+    "tenant_readiness_period_seconds": 1,
+    # Shorter than a pod takes to stop: deleting an instance reaches it and is retried until the namespace is
+    # gone (test_deleting_the_instance_removes_its_namespace).
+    "tenant_namespace_delete_timeout_seconds": 0.2,
+}
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +217,8 @@ def test_deleting_the_instance_removes_its_namespace(platform: Platform) -> None
     assert not directory.exists()
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
     assert replica_pids(directory) == {}
+    # The wait for the namespace ran out at least once (its pod takes longer to stop) and was retried.
+    assert 'namespace "vcluster-gone" was not deleted within 0.2s' in platform.proc.log()
 
 
 def test_an_instance_of_the_same_name_in_another_project_says_whose_namespace_it_is(
@@ -233,6 +245,64 @@ def test_an_instance_of_the_same_name_in_another_project_says_whose_namespace_it
     k.run("delete", "vci", "dup", "-n", "p-other", "--timeout=60s", timeout=70)
     assert running_ready(k, "vcluster-dup", ["dup-0"])
     assert vci_status(k, "dup")["phase"] == "Ready"
+
+
+def test_a_replica_on_an_address_without_a_mesh_certificate_waits_then_serves(
+    platform: Platform, tmp_path: Path
+) -> None:
+    """A replica on an address of its own gets a serving certificate naming it; it waits
+    `mesh_cert_wait_seconds` for the mesh certificate the platform issues for that address, and without one
+    serves anyway (peers use the relay), saying so. Run by hand beside a pod replica of the same tenant."""
+    create(platform, "extra")
+    directory = platform.proc.tenant_dir("default", "extra")
+    with socket.socket() as s:
+        s.bind(("127.10.250.7", 0))
+        port = s.getsockname()[1]
+    ready = tmp_path / "extra.ready"
+    log_path = tmp_path / "extra.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "vplane.cli.main",
+        "tenant",
+        "start",
+        "--data-dir",
+        str(directory),
+        "--name",
+        "extra",
+        "--project",
+        "default",
+        "--project-namespace",
+        "p-default",
+        "--replica",
+        "7",
+        "--listen",
+        f"127.10.250.7:{port}",
+        "--platform-url",
+        platform.proc.url,
+        "--platform-ca",
+        str(directory / "platform-ca.crt"),
+        "--access-key-file",
+        str(directory / "access-key"),
+        "--ready-file",
+        str(ready),
+        "--set",
+        "mesh_cert_wait_seconds=0.5",
+    ]
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        eventually(lambda: ready.exists() or proc.poll() is not None, timeout=60)
+        assert proc.poll() is None, log_path.read_text()
+        log = log_path.read_text()
+        assert "no mesh certificate for this replica's address" in log
+        assert "127.10.250.7" in tls.certificate_names((directory / "pki" / "serving-7.crt").read_bytes())
+        ctx = ssl.create_default_context(cafile=str(directory / "pki" / "ca.crt"))
+        with urllib.request.urlopen(f"https://127.10.250.7:{port}/readyz", context=ctx, timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def test_a_changed_vcluster_yaml_rolls_the_pods(platform: Platform) -> None:
