@@ -199,6 +199,70 @@ class APIServerProcess(ServerProcess):
             return exc.code, dict(exc.headers), exc.read()
 
 
+def replica_pids(tenant_dir: Path) -> dict[int, int]:
+    """Replica index to pid of a tenant's running replicas, in either placement (a process or a pod): the
+    processes whose command line is ``tenant start --data-dir <tenant_dir> ... --replica <index>``."""
+    found: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state == "Z" or "tenant" not in argv or "--data-dir" not in argv or "--replica" not in argv:
+            continue
+        directory = argv[argv.index("--data-dir") + 1]
+        if directory == str(tenant_dir):
+            with contextlib.suppress(ValueError, IndexError):
+                found[int(argv[argv.index("--replica") + 1])] = int(entry.name)
+    return found
+
+
+def replica_pid(tenant_dir: Path, index: int = 0, timeout: float = 30) -> int:
+    """The pid of one running replica (waiting a while for it: a pod's container may be restarting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid = replica_pids(tenant_dir).get(index)
+        if pid is not None:
+            return pid
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no running replica {index} of {tenant_dir}")
+        time.sleep(0.1)
+
+
+def node_processes(node_dir: Path) -> list[tuple[int, str]]:
+    """Processes of a node runtime's pods that are alive: their environment names the node's directory, or
+    (shims) their command line does."""
+    marker = f"VPLANE_NODE_ROOT={node_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state == "Z":
+            continue
+        if marker in environ.split(b"\0") or str(node_dir).encode() in cmdline:
+            found.append((int(entry.name), cmdline.replace(b"\0", b" ").decode(errors="replace")[:200]))
+    return found
+
+
+def kill_node_processes(node_dir: Path) -> list[tuple[int, str]]:
+    """SIGKILL what a node runtime's pods left running (a killed runtime leaves its shims and containers);
+    returns what it found."""
+    left = node_processes(node_dir)
+    for pid, _ in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
 class PlatformProcess(ServerProcess):
     """``vplane platform start`` in a subprocess on a free loopback port (restartable on the same port)."""
 
@@ -221,12 +285,14 @@ class PlatformProcess(ServerProcess):
         return self.data_dir / "tenants" / f"p-{project}" / name
 
     def kill_tenants(self) -> None:
-        """Stop tenant replicas a killed platform left behind (they would outlive the test)."""
+        """Stop tenant replicas a killed platform left behind (they would outlive the test): processes, or
+        the pods of its node (``tenant_placement: pods``)."""
         for pid_file in (self.data_dir / "tenants").glob("*/*/replica-*.pid"):
             try:
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 pass
+        kill_node_processes(self.data_dir / "node")
 
 
 class UpProcess:
@@ -254,7 +320,8 @@ class UpProcess:
         return self.data_dir / "platform" / "tenants" / "p-default" / name
 
     def replica_pid(self, name: str, index: int = 0) -> int:
-        return int((self.tenant_dir(name) / f"replica-{index}.pid").read_text())
+        """A running replica's pid (``vplane up`` runs them as pods of the platform's node)."""
+        return replica_pid(self.tenant_dir(name), index)
 
     def start(self, timeout: float = 120) -> UpProcess:
         self.ready.unlink(missing_ok=True)
@@ -322,3 +389,4 @@ class UpProcess:
             if str(pid_file.parent).encode() in cmdline:  # still that replica, not a reused pid
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+        kill_node_processes(self.data_dir / "platform" / "node")

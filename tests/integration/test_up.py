@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import Kubectl
+from harness import Kubectl, kill_node_processes, node_processes, replica_pids
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,34 @@ def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, k
         )
         k = Kubectl(kubectl_path, kubeconfig, tmp_path / "cache")
         contexts = k.run("config", "get-contexts", "-o", "name").stdout.split()
-        assert sorted(contexts) == ["vplane_client_default", "vplane_management", "vplane_target_default"]
+        assert sorted(contexts) == [
+            "vplane_client_default",
+            "vplane_host",
+            "vplane_management",
+            "vplane_target_default",
+        ]
+        # The tenants' control planes are pods of the platform's cluster: the runbook's commands, as printed.
+        assert "kubectl --context vplane_host get pods -n vcluster-target" in printed
+        assert (
+            "kubectl --context vplane_host logs -n vcluster-client -l app=vcluster --tail=100 --prefix"
+            in printed
+        )
+        rows = k.run(
+            "--context", "vplane_host", "get", "pods", "-n", "vcluster-target", "--no-headers"
+        ).stdout
+        assert [line.split()[:3] for line in rows.splitlines()] == [["target-0", "1/1", "Running"]]
+        lines = k.run(
+            "--context",
+            "vplane_host",
+            "logs",
+            "-n",
+            "vcluster-client",
+            "-l",
+            "app=vcluster",
+            "--tail=100",
+            "--prefix",
+        ).stdout.splitlines()
+        assert lines and all(line.startswith("[pod/client-0/syncer] ") for line in lines)
         vcis = k.run(
             "--context", "vplane_management", "get", "virtualclusterinstances", "-n", "p-default"
         ).stdout
@@ -136,6 +163,10 @@ def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, k
         p for p in (home / "up").glob("platform/tenants/*/*/replica-*.pid") if _alive(int(p.read_text()))
     ]
     assert leftovers == [], "stopping vplane up stops its tenant clusters"
+    pods = node_processes(home / "up" / "platform" / "node")
+    kill_node_processes(home / "up" / "platform" / "node")
+    assert pods == [], "stopping vplane up stops its tenant clusters' pods"
+    assert replica_pids(home / "up" / "platform" / "tenants" / "p-default" / "client") == {}
 
 
 def _alive(pid: int) -> bool:

@@ -251,8 +251,9 @@ class APIServer:
         if not fp_crt.exists():
             tls.issue_client(self.front_proxy_ca, "front-proxy-client").write(fp_crt, fp_key)
         self.front_proxy_client_files = (fp_crt, fp_key)
-        srv_crt, srv_key = pki / "serving.crt", pki / "serving.key"
-        names_file = pki / "serving.names"
+        base = self.settings.serving_cert_name
+        srv_crt, srv_key = pki / f"{base}.crt", pki / f"{base}.key"
+        names_file = pki / f"{base}.names"
         names = ",".join(self.settings.server_names)
         if not srv_crt.exists() or not names_file.exists() or names_file.read_text() != names:
             tls.issue_serving(self.ca, self.settings.server_names).write(srv_crt, srv_key)

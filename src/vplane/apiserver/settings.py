@@ -181,3 +181,8 @@ class APIServerSettings(BaseModel):
     """Seconds an aggregated backend has to accept an upgrade's connection (exec, attach, port-forward, a
     WebSocket of its own) and answer it; past it the caller gets 503. A caller that goes before the answer
     closes the backend's connection at once."""
+
+    # -- issue 10 item 3 (tenant control planes as pods) -----------------------------------------
+    serving_cert_name: str = Field(default="serving", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """The serving certificate's files in ``<data dir>/pki`` (``<name>.crt``, ``.key``, ``.names``). Tenant
+    replicas that serve on addresses of their own (pod IPs) share a data directory, so each keeps its own."""

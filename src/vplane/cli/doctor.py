@@ -3,7 +3,8 @@
 Step 1, is the target up: the target VirtualClusterInstance's status on the platform. Step 2, what the
 proxy metrics say: ``/metrics/syncer`` of every client replica (each replica keeps its own peer cache, so a
 symptom can be replica-local), scraped twice a few seconds apart so "increased recently" means what the
-runbook means. Step 3, what the logs say: each replica's recent log lines, where this machine has them.
+runbook means. Step 3, what the logs say: each replica's recent log lines, where this machine has them (its log file, or
+its pod's log on the platform's cluster).
 Then the verdict row that matches (``vplane.proxy.triage``), the reason labels seen, and the next action.
 """
 
@@ -47,6 +48,19 @@ def _log_lines(data_dir: Path | None, namespace: str, name: str, replica: int) -
         return path.read_text(errors="replace").splitlines()[-LOG_TAIL:]
     except OSError:
         return []
+
+
+async def _pod_log_lines(
+    session: aiohttp.ClientSession, platform: str, headers: dict[str, str], name: str, replica: int
+) -> list[str]:
+    """The replica's log as its pod's (``tenant_placement: pods``, as ``vplane up`` runs tenants): ``kubectl
+    logs -n vcluster-<name> <name>-<replica>`` on the platform's own cluster; nothing if it is no pod."""
+    url = f"{platform.rstrip('/')}/api/v1/namespaces/vcluster-{name}/pods/{name}-{replica}/log"
+    try:
+        code, text = await _get(session, f"{url}?container=syncer&tailLines={LOG_TAIL}", headers)
+    except (aiohttp.ClientError, TimeoutError):
+        return []
+    return text.splitlines() if code == 200 else []
 
 
 async def diagnose(
@@ -97,7 +111,9 @@ async def diagnose(
             if now is None:
                 reports.append(ReplicaReport(index, None, "its /metrics/syncer could not be read"))
                 continue
-            logs = _log_lines(data_dir, namespace, name, index)
+            logs = _log_lines(data_dir, namespace, name, index) or await _pod_log_lines(
+                session, login.url, headers, name, index
+            )
             reports.append(ReplicaReport(index, triage(all_ready, now, logs, before=first[index])))
     return facts, reports
 

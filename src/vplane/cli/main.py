@@ -53,8 +53,13 @@ def _tenant_settings() -> type[BaseModel]:
 def _platform_nested() -> list[tuple[tuple[str, ...], type[BaseModel]]]:
     from vplane.apiserver.settings import APIServerSettings
     from vplane.mesh.settings import MeshSettings
+    from vplane.runtime.settings import RuntimeSettings
 
-    return [(("apiserver", "tenant_apiserver"), APIServerSettings), (("mesh", "tenant_mesh"), MeshSettings)]
+    return [
+        (("apiserver", "tenant_apiserver"), APIServerSettings),
+        (("mesh", "tenant_mesh"), MeshSettings),
+        (("host_node",), RuntimeSettings),
+    ]
 
 
 def _store_failure(store: Store) -> Any:
@@ -160,9 +165,12 @@ def platform_start(data_dir: Path, listen: str, overrides: tuple[str, ...], read
     settings = build_settings(
         PlatformSettings, {"data_dir": data_dir, "listen_host": host, "listen_port": port}, overrides
     )
+    from vplane.cli.hostnode import platform_node
+
+    host_node = platform_node(settings)
     private_process()
     lock = DataDirLock(claim_private_dir(data_dir)).acquire()
-    server = Platform(settings)
+    server = Platform(settings, host_node)
 
     async def start() -> None:
         await server.start()
@@ -170,6 +178,8 @@ def platform_start(data_dir: Path, listen: str, overrides: tuple[str, ...], read
         click.echo(f"  kubectl --kubeconfig {server.management_kubeconfig} get projects")
         key = f"$(kubectl --kubeconfig {server.management_kubeconfig} config view --raw -o jsonpath='{{.users[0].user.token}}')"
         click.echo(f'  vplane platform login {server.url} --ca-file {server.ca_path} --access-key "{key}"')
+        if settings.tenant_placement == "pods":
+            click.echo(f"  kubectl --kubeconfig {server.management_kubeconfig} get pods -A -l app=vcluster")
 
     run_until_signalled(
         start,

@@ -2,8 +2,14 @@
 
 Starts the platform, makes sure project ``default`` and the tenant clusters ``client`` and ``target``
 exist, waits until they serve through the platform (the path their kubeconfig contexts use), writes one
-kubeconfig with a context for the management API and one per tenant cluster (keeping the context the
-user had selected in it), remembers the platform for ``vplane connect``, and prints how to use it all.
+kubeconfig with a context for the management API, one per tenant cluster and one for the platform's own
+cluster (keeping the context the user had selected in it), remembers the platform for ``vplane connect``,
+and prints how to use it all.
+
+The tenants' control planes run as pods of the platform's own cluster (``tenant_placement: pods``, a
+StatefulSet in ``vcluster-<name>``), so the runbooks' ``kubectl --context vplane_host get pods -n
+vcluster-target`` and ``kubectl logs -n vcluster-client -l app=vcluster --prefix`` work;
+``--set tenant_placement=process`` runs them as the platform's child processes instead.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import aiohttp
 import click
 
 from vplane.cli import upsample, userconfig
+from vplane.cli.hostnode import platform_node
 from vplane.cli.options import build_settings
 from vplane.controllers.client import KubeClient, Resource
 from vplane.kube import errors
@@ -34,10 +41,15 @@ class Up:
     def __init__(self, data_dir: Path, host: str, port: int, overrides: tuple[str, ...]) -> None:
         settings = build_settings(
             PlatformSettings,
-            {"data_dir": data_dir / "platform", "listen_host": host, "listen_port": port},
+            {
+                "data_dir": data_dir / "platform",
+                "listen_host": host,
+                "listen_port": port,
+                "tenant_placement": "pods",
+            },
             overrides,
         )
-        self.platform = Platform(settings)
+        self.platform = Platform(settings, platform_node(settings))
         self.data_dir = data_dir
         self.kubeconfig = data_dir / "kubeconfig.yaml"
 
@@ -99,10 +111,14 @@ class Up:
             )
             for n in TENANTS
         ]
+        pods = platform.settings.tenant_placement == "pods"
+        if pods:
+            # The same server and key as the management context: the platform's API server is its cluster's.
+            entries.append((userconfig.host_context(), platform.url, login.ca_pem, login.access_key))
         current = keep_context(userconfig.current_context(self.kubeconfig), [e[0] for e in entries])
         userconfig.write_kubeconfig(self.kubeconfig, userconfig.kubeconfig_doc(entries, current))
         await self._sample_proxy(client_identity, login)
-        _print_usage(platform.url, self.kubeconfig)
+        _print_usage(platform.url, self.kubeconfig, pods)
 
     async def _sample_proxy(self, client_identity: str, login: userconfig.PlatformLogin) -> None:
         """The target's side of the sample (its CRD and the client's rights there), then wait until the
@@ -227,7 +243,7 @@ async def _wait_ready(client: KubeClient, namespace: str, names: tuple[str, ...]
             await asyncio.sleep(0.2)
 
 
-def _print_usage(url: str, kubeconfig: Path) -> None:
+def _print_usage(url: str, kubeconfig: Path, pods: bool) -> None:
     echo = click.echo
     echo("")
     echo(f"vplane is up. Platform: {url}")
@@ -236,6 +252,13 @@ def _print_usage(url: str, kubeconfig: Path) -> None:
     echo(f"  kubectl --context {userconfig.management_context()} get virtualclusterinstances -A")
     for name in TENANTS:
         echo(f"  kubectl --context {userconfig.tenant_context(name, PROJECT)} get namespaces")
+    if pods:
+        echo("The tenants' control planes run as pods of the platform's own cluster:")
+        echo(f"  kubectl --context {userconfig.host_context()} get pods -n vcluster-{TENANTS[1]}")
+        echo(
+            f"  kubectl --context {userconfig.host_context()} logs -n vcluster-{TENANTS[0]} -l app=vcluster "
+            "--tail=100 --prefix"
+        )
     echo("The client tenant serves widgets.demo.vplane.io/v1, stored in the target (the resource proxy):")
     echo(
         "  "

@@ -62,6 +62,11 @@ def management_context() -> str:
     return "vplane_management"
 
 
+def host_context() -> str:
+    """The platform's own cluster, where tenant control planes run as pods (``vplane up``)."""
+    return "vplane_host"
+
+
 def tenant_context(name: str, project: str) -> str:
     return f"vplane_{name}_{project}"
 

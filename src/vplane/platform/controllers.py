@@ -2,9 +2,10 @@
 kubeconfig (like any controller, per the design principle), through :mod:`vplane.controllers`.
 
 - Projects: each Project owns a namespace ``p-<name>``.
-- VirtualClusterInstances: each one runs as tenant control-plane processes (the supervisor), with the
-  replica count from its vcluster.yaml; status says whether it is ready; deletion stops the processes,
-  removes their data and revokes the instance's access key, behind a finalizer. Each instance (each UID)
+- VirtualClusterInstances: each one runs as tenant control-plane replicas (the placement: processes or
+  pods, see :mod:`vplane.platform.placement`), with the replica count from its vcluster.yaml; status says
+  whether it is ready; deletion stops the replicas, removes their data and revokes the instance's access
+  key, behind a finalizer. Each instance (each UID)
   gets a key of its own, so a new instance of a deleted one's name never inherits its key.
 """
 
@@ -24,8 +25,8 @@ from vplane.kube import errors
 from vplane.kube import tenantconfig as tenant_config
 from vplane.kube.accesskeys import API_VERSION, project_namespace
 from vplane.kube.objects import Obj
+from vplane.platform.placement import TenantPlacement, TenantSpec
 from vplane.platform.settings import PlatformSettings
-from vplane.platform.tenants import TenantSpec, TenantSupervisor
 
 log = structlog.get_logger("vplane.platform.controllers")
 
@@ -79,13 +80,13 @@ class VirtualClusterController:
         self,
         client: KubeClient,
         settings: PlatformSettings,
-        supervisor: TenantSupervisor,
+        placement: TenantPlacement,
         access_key: Callable[[Obj], Awaitable[Obj]],
         revoke_keys: Callable[[str, str], Awaitable[list[str]]],
     ) -> None:
         self.client = client
         self.settings = settings
-        self.supervisor = supervisor
+        self.placement = placement
         self.access_key = access_key
         """The key of an instance (minted for its UID on first use)."""
         self.revoke_keys = revoke_keys
@@ -93,11 +94,11 @@ class VirtualClusterController:
         self.informer = Informer(client, VCIS)
         self.controller = Controller("virtualclusterinstances", self.informer, self.reconcile, workers=2)
 
-    async def watch_supervisor(self) -> None:
+    async def watch_placement(self) -> None:
         """Replica readiness changes outside the API: requeue every instance when it does."""
         while True:
-            await self.supervisor.changed.wait()
-            self.supervisor.changed.clear()
+            await self.placement.changed.wait()
+            self.placement.changed.clear()
             pending = self.informer.keys()
             for key in pending:
                 self.controller.enqueue(key)
@@ -107,12 +108,12 @@ class VirtualClusterController:
         assert namespace is not None
         vci = self.informer.get(key)
         if vci is None:
-            await self.supervisor.remove(namespace, name)
+            await self.placement.remove(namespace, name)
             await self.revoke_keys(namespace, name)
             return None
         meta = vci["metadata"]
         if meta.get("deletionTimestamp"):
-            await self.supervisor.remove(namespace, name)
+            await self.placement.remove(namespace, name)
             await self.revoke_keys(namespace, name)
             if CLEANUP_FINALIZER in (meta.get("finalizers") or []):
                 finalizers = [f for f in meta["finalizers"] if f != CLEANUP_FINALIZER]
@@ -145,7 +146,7 @@ class VirtualClusterController:
             await self._status(vci, "Failed", "InvalidConfig", str(exc), [])
             return None
         access_key = await self.access_key(vci)
-        tenant = await self.supervisor.ensure(
+        tenant = await self.placement.ensure(
             TenantSpec(
                 project, namespace, name, config.replicas, str(access_key["spec"]["key"]), values or ""
             )

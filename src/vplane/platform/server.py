@@ -19,6 +19,9 @@ from vplane.apiserver.objects import DeleteOptions
 from vplane.apiserver.server import APIServer, write_kubeconfig
 from vplane.apiserver.settings import APIServerSettings
 from vplane.controllers.client import KubeClient, Resource
+from vplane.controllers.embedded import ManagedRun, ManagedScheduler
+from vplane.controllers.kcm.settings import ControllerManagerSettings
+from vplane.controllers.scheduler.settings import SchedulerSettings
 from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import API_VERSION, GROUP, KeyRejected
 from vplane.kube.objects import Obj
@@ -30,8 +33,10 @@ from vplane.platform.clusters.localclient import PLATFORM_KIND
 from vplane.platform.clusters.wiring import ConnectedClusters, visible_to_platform, with_platform_kind
 from vplane.platform.controllers import ProjectController, VirtualClusterController
 from vplane.platform.identity import AccessKeyIndex
+from vplane.platform.placement import HostNode, HostNodeFactory, TenantPlacement
 from vplane.platform.proxyaccess import ProxyTargetAccess
 from vplane.platform.settings import PlatformSettings
+from vplane.platform.tenantpods import TenantPods
 from vplane.platform.tenantproxy import PREFIX, TenantProxy
 from vplane.platform.tenants import TenantSupervisor
 from vplane.support import tls
@@ -48,8 +53,14 @@ VCIS = Resource(API_VERSION, "VirtualClusterInstance", "virtualclusterinstances"
 
 
 class Platform:
-    def __init__(self, settings: PlatformSettings) -> None:
+    def __init__(self, settings: PlatformSettings, host_node: HostNodeFactory | None = None) -> None:
+        """``host_node`` makes the node the ``pods`` placement runs tenants on (the CLI passes one)."""
+        if settings.tenant_placement == "pods" and host_node is None:
+            raise ValueError("tenant_placement=pods needs a node runtime for the platform's cluster")
         self.settings = settings
+        self.host_node_factory = host_node
+        self.host_node: HostNode | None = None
+        self._host_parts: list[ManagedRun | ManagedScheduler] = []
         self.data_dir = settings.data_dir
         api_settings = APIServerSettings.model_validate(
             {
@@ -83,7 +94,7 @@ class Platform:
         self.api.public_routes["/derp/probe"] = self.coordinator.handle_probe
         self.clusters = ConnectedClusters(self.api, self.keys, self.coordinator, settings)
         self.api.public_routes.update(self.clusters.routes())
-        self.supervisor: TenantSupervisor | None = None
+        self.placement: TenantPlacement | None = None
         self.tenant_proxy: TenantProxy | None = None
         self.client: KubeClient | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -120,11 +131,18 @@ class Platform:
         self.client = KubeClient.from_kubeconfig(self.management_kubeconfig, field_manager="vplane-platform")
         await self.clusters.start(self.client, self.management_kubeconfig)
         mesh_ca = await asyncio.to_thread(_mesh_ca, self.data_dir / "mesh")
-        self.supervisor = TenantSupervisor(self.settings, self.url, self.ca_path, mesh_ca)
-        supervisor = self.supervisor
+        placement: TenantPlacement
+        if self.settings.tenant_placement == "pods":
+            await self._start_host_cluster()
+            pods = TenantPods(self.settings, self.client, self.url, self.ca_path, mesh_ca)
+            await pods.start()
+            placement = pods
+        else:
+            placement = TenantSupervisor(self.settings, self.url, self.ca_path, mesh_ca)
+        self.placement = placement
         self.tenant_proxy = TenantProxy(
-            supervisor.get,
-            lambda ns, name: supervisor.directory(ns, name) / "pki" / "ca.crt",
+            placement.get,
+            lambda ns, name: placement.directory(ns, name) / "pki" / "ca.crt",
             self.settings.project_namespace_prefix,
             self.api.authenticate,
             self.settings.tenant_upgrade_timeout_seconds,
@@ -132,12 +150,12 @@ class Platform:
         self.api.public_routes[PREFIX] = self._relay
         projects = ProjectController(self.client, self.settings)
         vcis = VirtualClusterController(
-            self.client, self.settings, self.supervisor, self.keys.ensure_vci_key, self.keys.revoke_vci_keys
+            self.client, self.settings, placement, self.keys.ensure_vci_key, self.keys.revoke_vci_keys
         )
         self._tasks += [
             asyncio.create_task(projects.controller.run()),
             asyncio.create_task(vcis.controller.run()),
-            asyncio.create_task(vcis.watch_supervisor()),
+            asyncio.create_task(vcis.watch_placement()),
         ]
         log.info(
             "platform serving",
@@ -145,6 +163,30 @@ class Platform:
             kubeconfig=str(self.management_kubeconfig),
             instance=self.settings.instance_id,
         )
+
+    async def _start_host_cluster(self) -> None:
+        """The platform's own cluster, where the ``pods`` placement runs tenants: this API server with a
+        controller manager and a scheduler over loopback (as ``vplane cluster start`` runs them, each when its
+        API server setting enables it) and one node runtime."""
+        assert self.api.ca is not None and self.host_node_factory is not None
+        api = self.api.settings
+        if api.controller_manager:
+            run = ManagedRun(
+                self.management_kubeconfig,
+                ControllerManagerSettings.model_validate(api.controller_manager_settings),
+                root_ca=self.api.ca.cert_pem,
+            )
+            self._host_parts.append(run)
+            await run.start()
+        if api.scheduler:
+            scheduler = ManagedScheduler(
+                self.management_kubeconfig, SchedulerSettings.model_validate(api.scheduler_settings)
+            )
+            self._host_parts.append(scheduler)
+            await scheduler.start()
+        self.host_node = self.host_node_factory(self.management_kubeconfig, self.api.ca)
+        await self.host_node.start()
+        log.info("platform cluster node running", kubeconfig=str(self.management_kubeconfig))
 
     async def _relay(self, request: web.Request) -> web.StreamResponse:
         assert self.tenant_proxy is not None
@@ -160,8 +202,8 @@ class Platform:
     async def stop(self) -> None:
         """Stop within a few seconds whatever is open: controllers, relayed requests (watches), tenant
         replicas (saying which ones it waits for), the mesh, the API server."""
-        if self.supervisor is not None:
-            self.supervisor.begin_shutdown()  # replicas exiting from now on are expected, not restarted
+        if self.placement is not None:
+            self.placement.begin_shutdown()  # replicas exiting from now on are expected, not restarted
         await cancel_and_wait(self._tasks)
         await self.clusters.stop()
         if self._relays:
@@ -169,8 +211,12 @@ class Platform:
             await cancel_and_wait(list(self._relays))
         if self.tenant_proxy is not None:
             await self.tenant_proxy.close()
-        if self.supervisor is not None:
-            await self.supervisor.close()
+        if self.placement is not None:
+            await self.placement.close()
+        if self.host_node is not None:
+            await self.host_node.stop()  # stops its pods (the tenants' replicas) and records how they ended
+        for part in reversed(self._host_parts):
+            await part.stop()
         await self.coordinator.close()
         if self.client is not None:
             await self.client.close()
@@ -178,8 +224,10 @@ class Platform:
 
     def force_stop(self) -> None:
         """The second Ctrl-C: kill the tenant replicas now (their stores are durable), wait for nothing."""
-        if self.supervisor is not None:
-            self.supervisor.kill_all()
+        if self.placement is not None:
+            self.placement.kill_all()
+        if self.host_node is not None:
+            self.host_node.force_stop()
 
     # -- bootstrap -------------------------------------------------------------------------------
 

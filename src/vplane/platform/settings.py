@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from vplane import __version__
 
 
 class PlatformSettings(BaseModel):
@@ -100,3 +103,28 @@ class PlatformSettings(BaseModel):
     """Seconds a tenant replica has to accept an upgrade's connection (exec, attach, port-forward, a
     WebSocket) on ``/kubernetes/project/<p>/virtualcluster/<n>`` and answer it; past it the caller gets
     503. A caller that goes before the answer closes the replica's connection at once."""
+
+    # -- issue 10 item 3 (tenant control planes as pods) ---------------------------------------------------
+    tenant_placement: Literal["process", "pods"] = "process"
+    """How tenant replicas run. ``process``: child processes of the platform (``vplane.platform.tenants``).
+    ``pods``: a StatefulSet ``<name>`` in namespace ``vcluster-<name>`` of the platform's own cluster, run by a
+    node runtime, controller manager and scheduler the platform starts beside its API server
+    (``vplane.platform.tenantpods``). ``vplane platform start`` defaults to ``process``; ``vplane up`` to
+    ``pods``."""
+    host_node: dict[str, object] = Field(default_factory=dict)
+    """With ``pods``: overrides for the platform's node runtime (RuntimeSettings: ``node_name``, ``pod_cidr``,
+    back-offs, ...). Its data directory is ``<data dir>/node``."""
+    tenant_image: str = f"ghcr.io/vplane/vplane:v{__version__}"
+    """With ``pods``: the image tenant pods run (the node's ``vplane_image``, any tag, is ``vplane``)."""
+    tenant_pod_port: int = Field(default=0, ge=0, le=65535)
+    """With ``pods``: the port each tenant replica serves on its pod IP; 0 gives each tenant a port of its own,
+    chosen once and kept in its directory (``ports.json``), so tenants of two platforms on one machine whose pod
+    addresses overlap do not collide."""
+    tenant_service_port: int = Field(default=443, ge=1, le=65535)
+    """With ``pods``: the port of the tenant's Service (``<name>`` in ``vcluster-<name>``), to the pods' port."""
+    tenant_readiness_period_seconds: int = Field(default=2, ge=1)
+    """With ``pods``: the tenant pods' readiness probe (``GET /readyz`` over HTTPS) runs this often (vcluster's
+    chart: 2 s)."""
+    tenant_namespace_delete_timeout_seconds: float = Field(default=60.0, gt=0)
+    """With ``pods``: deleting a VirtualClusterInstance waits this long for namespace ``vcluster-<name>`` (its
+    pods stopped) to be gone before its data is removed; after that the deletion is retried."""

@@ -26,7 +26,7 @@ from aiohttp import web
 from vplane.apiserver.context import UserInfo
 from vplane.kube import errors
 from vplane.kube.accesskeys import AUTH_FAILED, project_namespace
-from vplane.platform.tenants import Tenant
+from vplane.platform.placement import Tenant
 from vplane.support import httprelay
 from vplane.support.httprelay import relay_response
 from vplane.support.requestheader import HOP_BY_HOP
@@ -110,7 +110,7 @@ class TenantProxy:
             raise errors.service_unavailable(
                 f'tenant cluster "{name}" in project "{project}" is not ready', 1
             )
-        target = f"https://127.0.0.1:{replicas[0].port}{rest}"
+        target = f"{replicas[0].url}{rest}"  # loopback for a process, the pod IP for a pod
         if request.query_string:
             target += "?" + request.query_string
         if httprelay.is_upgrade(request.headers):
@@ -118,7 +118,7 @@ class TenantProxy:
             path_qs = "/" + (raw[3] if len(raw) > 3 else "")
             if request.rel_url.raw_query_string:
                 path_qs += "?" + request.rel_url.raw_query_string
-            return await self._upgrade(request, namespace, name, replicas[0].port, path_qs)
+            return await self._upgrade(request, namespace, name, replicas[0].host, replicas[0].port, path_qs)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         body = await request.read() if request.can_read_body else None
         session = self._session(namespace, name)
@@ -136,15 +136,15 @@ class TenantProxy:
         return await relay_response(request, upstream)
 
     async def _upgrade(
-        self, request: web.Request, namespace: str, name: str, port: int, path_qs: str
+        self, request: web.Request, namespace: str, name: str, host: str, port: int, path_qs: str
     ) -> web.StreamResponse:
         """A connection upgrade (exec, attach, port-forward, a WebSocket) relayed as bytes, both ways, with
         the caller's headers as they came (the tenant authenticates them); each side's end closes the
-        other."""
+        other. ``host`` is the replica's address: loopback for a process, its pod IP for a pod."""
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         headers.append(("Upgrade", request.headers["Upgrade"]))
         try:
-            head = httprelay.request_head(request.method, path_qs, f"127.0.0.1:{port}", headers)
+            head = httprelay.request_head(request.method, path_qs, f"{host}:{port}", headers)
         except ValueError as exc:
             raise errors.bad_request(str(exc)) from None
         ctx = ssl.create_default_context(cafile=str(self.ca_file(namespace, name)))
@@ -153,10 +153,10 @@ class TenantProxy:
         async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
             return await asyncio.wait_for(
                 asyncio.open_connection(
-                    "127.0.0.1",
+                    host,
                     port,
                     ssl=ctx,
-                    server_hostname="127.0.0.1",
+                    server_hostname=host,
                     limit=httprelay.UPGRADE_HEAD_LIMIT,
                 ),
                 timeout,

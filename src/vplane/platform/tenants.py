@@ -16,60 +16,25 @@ import shutil
 import signal
 import socket
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
+from vplane.platform.placement import (
+    CONFIG_FILE,
+    Replica,
+    Tenant,
+    TenantSpec,
+    mesh_material,
+    tenant_args,
+)
 from vplane.platform.settings import PlatformSettings
 from vplane.support import tls
 from vplane.support.files import private_dir, write_private
 
 log = structlog.get_logger("vplane.platform.tenants")
 
-CONFIG_FILE = "vcluster.yaml"
-
-
-@dataclass(frozen=True)
-class TenantSpec:
-    project: str
-    namespace: str
-    name: str
-    replicas: int
-    access_key: str
-    values: str = ""
-    """The VirtualClusterInstance's vcluster.yaml (helm values): replicas read it from ``vcluster.yaml``."""
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
-
-
-@dataclass
-class Replica:
-    index: int
-    port: int
-    process: asyncio.subprocess.Process | None = None
-    pid: int | None = None
-    ready: bool = False
-    task: asyncio.Task[None] | None = None
-    restarts: int = 0
-    serving: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass
-class Tenant:
-    spec: TenantSpec
-    directory: Path
-    replicas: dict[int, Replica] = field(default_factory=dict)
-    failed: str = ""
-
-    @property
-    def ready_replicas(self) -> int:
-        return sum(1 for r in self.replicas.values() if r.ready)
-
-    def endpoints(self) -> list[str]:
-        return [f"https://127.0.0.1:{r.port}" for _, r in sorted(self.replicas.items())]
+__all__ = ["CONFIG_FILE", "Replica", "Tenant", "TenantSpec", "TenantSupervisor", "free_port"]
 
 
 def free_port() -> int:
@@ -80,6 +45,8 @@ def free_port() -> int:
 
 
 class TenantSupervisor:
+    """The ``process`` placement (:class:`vplane.platform.placement.TenantPlacement`)."""
+
     def __init__(
         self,
         settings: PlatformSettings,
@@ -125,7 +92,7 @@ class TenantSupervisor:
             _forget_stale_replicas(tenant.directory, spec)
             write_private(tenant.directory / "access-key", spec.access_key)
             write_private(tenant.directory / CONFIG_FILE, spec.values)
-            self._mesh_material(tenant.directory)
+            mesh_material(self.mesh_ca, tenant.directory)
             self.tenants[spec.key] = tenant
         tenant.spec = spec
         ports = self._ports(tenant, spec.replicas)
@@ -137,14 +104,6 @@ class TenantSupervisor:
         for index in [i for i in tenant.replicas if i >= spec.replicas]:
             await self._stop(tenant.replicas.pop(index))
         return tenant
-
-    def _mesh_material(self, directory: Path) -> None:
-        if self.mesh_ca is None or (directory / "mesh.crt").exists():
-            return
-        (directory / "mesh-ca.crt").write_bytes(self.mesh_ca.cert_pem)
-        tls.issue_serving(self.mesh_ca, ["127.0.0.1", "localhost"]).write(
-            directory / "mesh.crt", directory / "mesh.key"
-        )
 
     def _ports(self, tenant: Tenant, replicas: int) -> list[int]:
         path = tenant.directory / "ports.json"
@@ -220,7 +179,7 @@ class TenantSupervisor:
             )
         replica.process = process
         replica.pid = process.pid
-        pid_file.write_text(str(process.pid))
+        write_private(pid_file, str(process.pid))  # replaced at once: a reader never sees it empty
         log.info(
             "started tenant replica",
             tenant=tenant.spec.name,
@@ -248,51 +207,18 @@ class TenantSupervisor:
         await tenant.replicas[0].serving.wait()
 
     def _command(self, tenant: Tenant, replica: Replica, ready_file: Path) -> list[str]:
-        spec = tenant.spec
-        cmd = [
-            sys.executable,
-            "-m",
-            "vplane.cli.main",
-            "tenant",
-            "start",
-            "--data-dir",
-            str(tenant.directory),
-            "--name",
-            spec.name,
-            "--project",
-            spec.project,
-            "--project-namespace",
-            spec.namespace,
-            "--replica",
-            str(replica.index),
-            "--replicas",
-            str(spec.replicas),
-            "--listen",
-            f"127.0.0.1:{replica.port}",
-            "--platform-url",
-            self.platform_url,
-            "--platform-ca",
-            str(self.platform_ca),
-            "--access-key-file",
-            str(tenant.directory / "access-key"),
-            "--ready-file",
-            str(ready_file),
-            "--set",
-            f"config_file={tenant.directory / CONFIG_FILE}",
-            "--set",
-            f"token_review_ttl_seconds={self.settings.token_review_ttl_seconds}",
-            "--set",
-            f"token_review_cache_max_entries={self.settings.token_review_cache_max_entries}",
-            "--set",
-            f"token_max_bytes={self.settings.token_max_bytes}",
-        ]
-        for name, value in self.settings.tenant_apiserver.items():
-            cmd += ["--apiserver-set", f"{name}={value}"]
-        for name, value in self.settings.tenant_mesh.items():
-            cmd += ["--mesh-set", f"{name}={value}"]
-        for name, value in self.settings.tenant_proxy.items():
-            cmd += ["--proxy-set", f"{name}={value}"]
-        return cmd
+        args = tenant_args(
+            tenant.spec,
+            self.settings,
+            data_dir=str(tenant.directory),
+            replica=str(replica.index),
+            replicas=tenant.spec.replicas,
+            listen=f"127.0.0.1:{replica.port}",
+            platform_url=self.platform_url,
+            platform_ca=str(self.platform_ca),
+            ready_file=str(ready_file),
+        )
+        return [sys.executable, "-m", "vplane.cli.main", *args]
 
     async def _stop(self, replica: Replica) -> None:
         if replica.task is not None:

@@ -131,6 +131,19 @@ def issue_serving(ca: CertPair, names: list[str]) -> CertPair:
     return _issue(ca, subject, server_names=names)
 
 
+def certificate_names(cert_pem: bytes) -> list[str]:
+    """The DNS names and IP addresses a certificate's subjectAltName lists."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [
+        *alt.get_values_for_type(x509.DNSName),
+        *(str(a) for a in alt.get_values_for_type(x509.IPAddress)),
+    ]
+
+
 def issue_client(ca: CertPair, user: str, groups: list[str] | tuple[str, ...] = ()) -> CertPair:
     attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
     attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, user))

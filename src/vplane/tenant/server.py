@@ -40,6 +40,18 @@ from vplane.tenant.settings import TenantSettings
 log = structlog.get_logger("vplane.tenant")
 
 
+def _own_address(settings: TenantSettings) -> dict[str, object]:
+    """A replica serving on an address of its own (its pod IP) names it in a serving certificate of its own:
+    replicas share the directory, and the platform's tenant path verifies the address it dials."""
+    names = APIServerSettings.model_fields["server_names"].get_default(call_default_factory=True)
+    if settings.listen_host in names or settings.listen_host in ("", "0.0.0.0", "::"):
+        return {}
+    return {
+        "server_names": [*names, settings.listen_host],
+        "serving_cert_name": f"serving-{settings.replica}",
+    }
+
+
 class TenantServer:
     def __init__(self, settings: TenantSettings) -> None:
         self.settings = settings
@@ -51,6 +63,7 @@ class TenantServer:
                 "listen_port": settings.listen_port,
                 "shared_store": True,
                 "kubeconfig_name": f"kubeconfig-{settings.replica}.yaml",
+                **_own_address(settings),
                 # The tenant's cluster-admin registers APIServices but has no rights on the platform: it
                 # must not point this process at loopback services, other tenants or the platform
                 # (vplane.apiserver.aggregation). Backends this process serves itself are allowed through
@@ -87,6 +100,9 @@ class TenantServer:
     async def start(self) -> None:
         await self._deny_platform_addresses()
         await self.api.start()
+        # /readyz answers "not started" until this replica has joined the mesh and started its proxies: a pod's
+        # readiness probe reads it, as the process placement waits for start() to return.
+        self.api.ready = False
         await self._bootstrap()
         await self._join_mesh()
         await self._start_proxy()
@@ -101,6 +117,7 @@ class TenantServer:
             on_new_leader=lambda leader: log.info("new leader", leader=leader, tenant=self.settings.name),
         )
         self._tasks.append(asyncio.create_task(self._campaign()))
+        self.api.ready = True
         log.info(
             "tenant control plane serving",
             tenant=self.settings.name,
@@ -138,8 +155,8 @@ class TenantServer:
             }
         )
         endpoints: list[str] = []
-        if (directory / "mesh.crt").exists():
-            pair = tls.CertPair.read(directory / "mesh.crt", directory / "mesh.key")
+        pair = await self._mesh_pair()
+        if pair is not None:
             self.listener = DirectListener(
                 self.api.web_server, tls_server_context(pair), host=settings.listen_host
             )
@@ -165,6 +182,34 @@ class TenantServer:
             log.warning("no netmap from the platform yet; serving anyway", tenant=settings.name)
         except RegistrationError as exc:
             log.error("the platform refused this tenant's registration", tenant=settings.name, error=str(exc))
+
+    async def _mesh_pair(self) -> tls.CertPair | None:
+        """The certificate the direct mesh listener serves: the tenant's (it names loopback) when this replica
+        listens there; on a pod IP, the one the platform issues for this replica's address
+        (``mesh-<replica>.crt``, written when the platform sees the pod's IP), waited for a while. Without it
+        direct dials fail verification and peers use the relay."""
+        directory, host = self.settings.data_dir, self.settings.listen_host
+        shared = (directory / "mesh.crt", directory / "mesh.key")
+        own = (
+            directory / f"mesh-{self.settings.replica}.crt",
+            directory / f"mesh-{self.settings.replica}.key",
+        )
+        deadline = asyncio.get_running_loop().time() + self.settings.mesh_cert_wait_seconds
+        while True:
+            for cert, key in (shared, own):
+                with contextlib.suppress(OSError, ValueError):
+                    if host in tls.certificate_names(cert.read_bytes()):
+                        return tls.CertPair.read(cert, key)
+            if not shared[0].exists():
+                return None  # no mesh CA: no direct listener
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning(
+                    "no mesh certificate for this replica's address; peers will reach it through the relay",
+                    tenant=self.settings.name,
+                    address=host,
+                )
+                return tls.CertPair.read(*shared)
+            await asyncio.sleep(0.1)
 
     async def _start_proxy(self) -> None:
         """The resource proxy, when ``experimental.proxy.customResources`` enables a group/version: every

@@ -50,6 +50,11 @@ class TenantSettings(BaseModel):
     proxy_registration_resync_seconds: float = Field(default=60.0, gt=0)
     """The leader re-applies the proxy's APIServices, Services and protection this often."""
 
+    # -- issue 10 item 3 (tenant control planes as pods) ---------------------------------------------
+    mesh_cert_wait_seconds: float = Field(default=10.0, ge=0)
+    """A replica on a pod IP waits this long at start for the mesh certificate the platform issues for its
+    address (``mesh-<replica>.crt``); without one peers reach it through the relay."""
+
     @property
     def lease_name(self) -> str:
         return f"vcluster-{self.name}-controller"

@@ -1,0 +1,189 @@
+"""Where tenant control planes run: the seam between the VirtualClusterInstance controller (and the
+platform's tenant path) and what runs the replicas.
+
+Two placements implement :class:`TenantPlacement` (setting ``tenant_placement``):
+
+- ``process`` (:mod:`vplane.platform.tenants`): each replica a child process of the platform;
+- ``pods`` (:mod:`vplane.platform.tenantpods`): a StatefulSet per tenant on the platform's own cluster, its
+  pods run by the node runtime the platform starts beside its API server (:class:`HostNode`).
+
+Both keep the tenant's files in one directory under the platform's data directory (the shared SQLite store,
+PKI, access key, vcluster.yaml, mesh material) and describe the replicas the same way (:class:`Tenant`), so
+the controller and the tenant path do not know which one runs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from vplane.platform.settings import PlatformSettings
+from vplane.support import tls
+
+CONFIG_FILE = "vcluster.yaml"
+ACCESS_KEY_FILE = "access-key"
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    project: str
+    namespace: str
+    name: str
+    replicas: int
+    access_key: str
+    values: str = ""
+    """The VirtualClusterInstance's vcluster.yaml (helm values): replicas read it from ``vcluster.yaml``."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass
+class Replica:
+    index: int
+    port: int
+    process: asyncio.subprocess.Process | None = None
+    pid: int | None = None
+    ready: bool = False
+    task: asyncio.Task[None] | None = None
+    restarts: int = 0
+    serving: asyncio.Event = field(default_factory=asyncio.Event)
+    host: str = "127.0.0.1"
+    """The address the replica serves on: loopback for a process, the pod IP for a pod."""
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+
+@dataclass
+class Tenant:
+    spec: TenantSpec
+    directory: Path
+    replicas: dict[int, Replica] = field(default_factory=dict)
+    failed: str = ""
+
+    @property
+    def ready_replicas(self) -> int:
+        return sum(1 for r in self.replicas.values() if r.ready)
+
+    def endpoints(self) -> list[str]:
+        return [r.url for _, r in sorted(self.replicas.items())]
+
+
+class TenantPlacement(Protocol):
+    changed: asyncio.Event
+    """Set when a replica becomes ready or fails, so the VCI controller updates status promptly."""
+
+    def directory(self, namespace: str, name: str) -> Path: ...
+
+    def get(self, namespace: str, name: str) -> Tenant | None: ...
+
+    async def ensure(self, spec: TenantSpec) -> Tenant:
+        """Bring the tenant to ``spec.replicas`` running replicas (idempotent)."""
+        ...
+
+    async def remove(self, namespace: str, name: str) -> None:
+        """Stop every replica and delete the tenant's data."""
+        ...
+
+    def begin_shutdown(self) -> None:
+        """The platform is stopping: replicas that end from now on are expected."""
+        ...
+
+    async def close(self) -> None: ...
+
+    def kill_all(self) -> None:
+        """A second Ctrl-C: end what can be ended at once, wait for nothing."""
+        ...
+
+
+class HostNode(Protocol):
+    """The node runtime the ``pods`` placement runs tenant pods on (``vplane.runtime.NodeRuntime``, made by
+    the CLI: the platform layer does not import the runtime)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def force_stop(self) -> None: ...
+
+
+HostNodeFactory = Callable[[Path, tls.CertPair], HostNode]
+"""Makes the platform's node from its admin kubeconfig and its cluster CA (which signs the kubelet's serving
+certificate, as ``vplane cluster start`` does)."""
+
+
+def mesh_material(mesh_ca: tls.CertPair | None, directory: Path) -> None:
+    """The mesh CA and the certificate the tenant's direct mesh listener serves on loopback."""
+    if mesh_ca is None or (directory / "mesh.crt").exists():
+        return
+    (directory / "mesh-ca.crt").write_bytes(mesh_ca.cert_pem)
+    tls.issue_serving(mesh_ca, ["127.0.0.1", "localhost"]).write(
+        directory / "mesh.crt", directory / "mesh.key"
+    )
+
+
+def tenant_args(
+    spec: TenantSpec,
+    settings: PlatformSettings,
+    *,
+    data_dir: str,
+    replica: str,
+    listen: str,
+    platform_url: str,
+    platform_ca: str,
+    replicas: int | None = None,
+    ready_file: str | None = None,
+) -> list[str]:
+    """``tenant start ...``: the arguments of one replica, for a process or a pod (where ``data_dir``,
+    ``replica`` and ``listen`` are ``$(VAR)`` references the node runtime expands)."""
+    args = [
+        "tenant",
+        "start",
+        "--data-dir",
+        data_dir,
+        "--name",
+        spec.name,
+        "--project",
+        spec.project,
+        "--project-namespace",
+        spec.namespace,
+        "--replica",
+        replica,
+    ]
+    if replicas is not None:
+        args += ["--replicas", str(replicas)]
+    args += [
+        "--listen",
+        listen,
+        "--platform-url",
+        platform_url,
+        "--platform-ca",
+        platform_ca,
+        "--access-key-file",
+        f"{data_dir}/{ACCESS_KEY_FILE}",
+    ]
+    if ready_file is not None:
+        args += ["--ready-file", ready_file]
+    args += [
+        "--set",
+        f"config_file={data_dir}/{CONFIG_FILE}",
+        "--set",
+        f"token_review_ttl_seconds={settings.token_review_ttl_seconds}",
+        "--set",
+        f"token_review_cache_max_entries={settings.token_review_cache_max_entries}",
+        "--set",
+        f"token_max_bytes={settings.token_max_bytes}",
+    ]
+    for name, value in settings.tenant_apiserver.items():
+        args += ["--apiserver-set", f"{name}={value}"]
+    for name, value in settings.tenant_mesh.items():
+        args += ["--mesh-set", f"{name}={value}"]
+    for name, value in settings.tenant_proxy.items():
+        args += ["--proxy-set", f"{name}={value}"]
+    return args

@@ -1,0 +1,188 @@
+"""The pods placement's pure parts: what it asks the cluster for, and what it reads back from pods."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vplane.platform.placement import TenantSpec, tenant_args
+from vplane.platform.settings import PlatformSettings
+from vplane.platform.tenantpods import (
+    CHECKSUM_ANNOTATION,
+    OWNER_ANNOTATION,
+    PodParams,
+    config_checksum,
+    digest,
+    manifests,
+    pod_ordinal,
+    replicas_from_pods,
+)
+
+SPEC = TenantSpec("default", "p-default", "target", 2, "k" * 64, "")
+NOW = 1_000_000.0
+
+
+def params(**overrides: Any) -> PodParams:
+    base: dict[str, Any] = {
+        "image": "ghcr.io/vplane/vplane:v0.1.0",
+        "port": 8443,
+        "service_port": 443,
+        "directory": "/data/platform/tenants/p-default/target",
+        "args": ("tenant", "start"),
+    }
+    return PodParams(**{**base, **overrides})
+
+
+def test_the_layout_is_upstreams_vcluster() -> None:
+    namespace, objects = manifests(SPEC, params())
+    assert namespace["metadata"]["name"] == "vcluster-target"
+    assert namespace["metadata"]["annotations"][OWNER_ANNOTATION] == "p-default/target"
+    service, headless, sts = objects
+    assert (service["kind"], service["metadata"]["name"], service["metadata"]["namespace"]) == (
+        "Service",
+        "target",
+        "vcluster-target",
+    )
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}
+    ]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert sts["kind"] == "StatefulSet" and sts["metadata"]["name"] == "target"
+    assert sts["spec"]["replicas"] == 2
+    assert sts["spec"]["serviceName"] == "target-headless"
+    assert sts["spec"]["podManagementPolicy"] == "OrderedReady"  # replica 0 creates the shared PKI first
+    template = sts["spec"]["template"]
+    assert template["metadata"]["labels"] == {"app": "vcluster", "release": "target"}
+    assert sts["spec"]["selector"]["matchLabels"] == template["metadata"]["labels"]
+    assert service["spec"]["selector"] == template["metadata"]["labels"]
+    (container,) = template["spec"]["containers"]
+    assert container["name"] == "syncer"
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert template["spec"]["volumes"] == [
+        {"name": "data", "hostPath": {"path": "/data/platform/tenants/p-default/target", "type": "Directory"}}
+    ]
+    assert template["spec"]["automountServiceAccountToken"] is False
+    replica_env = container["env"][0]
+    assert replica_env["name"] == "VPLANE_REPLICA"
+    assert (
+        replica_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
+    )
+
+
+def test_pod_arguments_name_the_pods_own_address_and_mount() -> None:
+    settings = PlatformSettings(data_dir=Path("/x"), tenant_apiserver={"durable": False})
+    args = tenant_args(
+        SPEC,
+        settings,
+        data_dir="$(VPLANE_MOUNT_DATA)",
+        replica="$(VPLANE_REPLICA)",
+        listen="$(POD_IP):8443",
+        platform_url="https://127.0.0.1:10443",
+        platform_ca="$(VPLANE_MOUNT_DATA)/platform-ca.crt",
+    )
+    pairs = dict(zip(args[2::2], args[3::2], strict=False))
+    assert args[:2] == ["tenant", "start"]
+    assert pairs["--data-dir"] == "$(VPLANE_MOUNT_DATA)"
+    assert pairs["--replica"] == "$(VPLANE_REPLICA)"
+    assert pairs["--listen"] == "$(POD_IP):8443"
+    assert pairs["--access-key-file"] == "$(VPLANE_MOUNT_DATA)/access-key"
+    assert "--replicas" not in args  # scaling must not change the pod template (it would roll every pod)
+    assert "--ready-file" not in args
+    assert "config_file=$(VPLANE_MOUNT_DATA)/vcluster.yaml" in args
+    assert "durable=False" in args
+
+
+def test_a_new_key_or_configuration_rolls_the_pods_and_scaling_does_not() -> None:
+    def template(spec: TenantSpec) -> Any:
+        return manifests(spec, params())[1][2]["spec"]["template"]
+
+    base = template(SPEC)
+    assert base["metadata"]["annotations"][CHECKSUM_ANNOTATION] == config_checksum(SPEC)
+    assert template(TenantSpec("default", "p-default", "target", 3, "k" * 64, "")) == base
+    assert template(TenantSpec("default", "p-default", "target", 2, "j" * 64, "")) != base
+    assert template(TenantSpec("default", "p-default", "target", 2, "k" * 64, "sync: {}\n")) != base
+    assert digest(list(manifests(SPEC, params()))) == digest(list(manifests(SPEC, params())))
+
+
+def pod(
+    name: str,
+    *,
+    ip: str = "127.10.0.5",
+    ready: bool = True,
+    waiting: dict[str, str] | None = None,
+    started: str | None = None,
+    restarts: int = 0,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    if waiting is not None:
+        state["waiting"] = waiting
+    else:
+        state["running"] = {"startedAt": started or "1970-01-12T13:46:00Z"}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "vcluster-target",
+        "labels": {"apps.kubernetes.io/pod-index": name.rsplit("-", 1)[1]},
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "1970-01-12T13:46:40Z"
+    return {
+        "metadata": meta,
+        "status": {
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": "syncer", "state": state, "restartCount": restarts}],
+        },
+    }
+
+
+def test_replicas_are_the_pods_ips_and_readiness() -> None:
+    replicas, failed = replicas_from_pods(
+        [pod("target-1", ip="127.10.0.9", ready=False), pod("target-0", restarts=2)], 2, 8443, NOW, 60
+    )
+    assert failed == ""
+    assert sorted(replicas) == [0, 1]
+    assert (replicas[0].url, replicas[0].ready, replicas[0].restarts) == ("https://127.10.0.5:8443", True, 2)
+    assert (replicas[1].url, replicas[1].ready) == ("https://127.10.0.9:8443", False)
+
+
+def test_pods_above_the_replica_count_and_terminating_pods_serve_nothing() -> None:
+    replicas, _ = replicas_from_pods([pod("target-0", deleting=True), pod("target-2")], 2, 8443, NOW, 60)
+    assert sorted(replicas) == [0]
+    assert replicas[0].ready is False
+
+
+def test_a_pod_without_an_ip_is_no_endpoint_yet() -> None:
+    replicas, _ = replicas_from_pods([pod("target-0", ip="", ready=True)], 1, 8443, NOW, 60)
+    assert replicas == {}
+    waiting = {"reason": "ErrImagePull", "message": "not found"}
+    _, failed = replicas_from_pods([pod("target-0", ip="", ready=False, waiting=waiting)], 1, 8443, NOW, 60)
+    assert failed == "replica 0 (pod vcluster-target/target-0): ErrImagePull: not found"
+
+
+def test_a_replica_that_will_not_start_by_itself_fails_the_instance() -> None:
+    waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope:1"'}
+    _, failed = replicas_from_pods([pod("target-0", ready=False, waiting=waiting)], 1, 8443, NOW, 60)
+    assert failed == (
+        'replica 0 (pod vcluster-target/target-0): ImagePullBackOff: Back-off pulling image "nope:1"'
+    )
+    _, creating = replicas_from_pods(
+        [pod("target-0", ready=False, waiting={"reason": "ContainerCreating"})], 1, 8443, NOW, 60
+    )
+    assert creating == ""
+
+
+def test_a_replica_running_unready_past_the_timeout_fails_the_instance() -> None:
+    # NOW is 1970-01-12T13:46:40Z; started 100 s earlier.
+    started = "1970-01-12T13:45:00Z"
+    _, failed = replicas_from_pods([pod("target-0", ready=False, started=started)], 1, 8443, NOW, 60)
+    assert failed == "replica 0 did not become ready within 60s"
+    _, waiting = replicas_from_pods([pod("target-0", ready=False, started=started)], 1, 8443, NOW, 120)
+    assert waiting == ""
+
+
+def test_ordinals_come_from_the_pod_index_label_or_the_name() -> None:
+    assert pod_ordinal({"metadata": {"name": "x-3", "labels": {"apps.kubernetes.io/pod-index": "7"}}}) == 7
+    assert pod_ordinal({"metadata": {"name": "my-tenant-12"}}) == 12
+    assert pod_ordinal({"metadata": {"name": "nothing"}}) is None
