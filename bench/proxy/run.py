@@ -106,7 +106,7 @@ CREATE_LUA = """
 local n = 0
 request = function()
   n = n + 1
-  local body = '{"apiVersion":"example.com/v1","kind":"MyResource","metadata":{"name":"c-' .. PREFIX .. '-' .. n .. '"},"spec":{"n":' .. n .. '}}'
+  local body = '{"apiVersion":"example.com/v1","kind":"MyResource","metadata":{"name":"c-PREFIX-' .. n .. '"},"spec":{"n":' .. n .. '}}'
   return wrk.format("POST", "PATH", {["Content-Type"]="application/json", ["Authorization"]="Bearer TOKEN"}, body)
 end
 """
