@@ -207,3 +207,11 @@ async def test_header_injection_is_refused() -> None:
     p = pool(FakeTarget())
     with pytest.raises(ValueError, match="invalid header"):
         await p.request(HOST, "GET", "/a", [("X-A", "b\r\nX-Evil: 1")], None)
+
+
+async def test_a_response_dropped_unreleased_gives_its_connection_back() -> None:
+    target = FakeTarget(ok(b"1"), ok(b"2"))
+    p = pool(target, connections_per_host=1)
+    await p.request(HOST, "GET", "/a", [], None)  # never released: freed at once
+    assert await asyncio.wait_for(get(p), 5) == (200, b"2")
+    assert target.dials == 1

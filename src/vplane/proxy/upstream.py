@@ -14,6 +14,7 @@ reason of a failed dial (``timeout``, ``canceled``, ``peer_departed``, ``ts_serv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -110,6 +111,12 @@ class UpstreamResponse:
         release, self._release = self._release, None
         if release is not None:
             release()
+
+    def __del__(self) -> None:
+        # A response dropped unreleased (a path that forgot it) must not keep its connection and slot.
+        if self._release is not None:
+            with contextlib.suppress(RuntimeError):  # no running loop any more: nothing to hand back to
+                self.release()
 
     async def __aenter__(self) -> UpstreamResponse:
         return self
