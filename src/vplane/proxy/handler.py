@@ -637,13 +637,15 @@ class ResourceProxy:
                 response.content_length = length
             else:
                 response.enable_chunked_encoding()
-            await response.prepare(request)
             try:
+                await response.prepare(request)
                 async for chunk in upstream.content.iter_any():
                     if on_chunk is not None:
                         on_chunk(chunk)
                     await response.write(chunk)
-            except (ConnectionResetError, aiohttp.ClientPayloadError):
+            except ConnectionResetError:
+                pass  # the caller went away (a LIST cut short, a watch closed): nothing is left to send
+            except aiohttp.ClientPayloadError:
                 # The target's answer broke off: so does the caller's, rather than looking complete.
                 if request.transport is not None:
                     request.transport.close()

@@ -69,9 +69,6 @@ _deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("pro
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 """Methods retried once on a fresh connection when a kept-alive one turns out closed (RFC 9112 §9.3.1)."""
-READ_BUFFER = 1 << 20
-"""Bytes a response may buffer before reading from the target pauses: a LIST of a thousand objects
-arrives without pausing and resuming the transport for each 64 KiB."""
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -248,7 +245,6 @@ class HostPool:
                 skip_payload=method == "HEAD",
                 read_until_eof=True,
                 auto_decompress=False,
-                read_bufsize=READ_BUFFER,
             )
             transport.write(head + body if body else head)
             while True:
