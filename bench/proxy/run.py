@@ -12,7 +12,8 @@ of each round is reported as the median and range over rounds:
 - watch events: 2,000 objects written on the target while one watch on each path receives them, as
   events per second and the per-event lag;
 - fail-fast: the latency of the 503s once every target peer is quarantined (the target's replica is
-  stopped with SIGSTOP);
+  stopped with SIGSTOP; tenants keep idle target connections only 1 s here, so requests dial the stopped
+  replica and quarantine it, rather than hang on a kept-alive connection until the request cap);
 - recovery: the time from a target replica restart (SIGKILL, restarted by the platform) to the first
   successful proxied request.
 
