@@ -1066,6 +1066,38 @@ class TestProxy:
         answer = direct.call("POST", objects_path("default"), huge)
         assert (answer.status, answer.message) == (413, "Request entity too large: limit is 3145728")
 
+    def test_a_caller_hanging_up_on_a_large_list_is_no_error(self, env: Env) -> None:
+        """Answers of 64 KiB or more are relayed as they arrive; a caller that hangs up before the answer
+        starts (a cancelled kubectl, wrk at the end of a run) ends the relay quietly: the request is
+        counted and the replica logs no `Error handling request`."""
+        ns = "biglist"
+        env.kubectl("client").run("create", "namespace", ns)
+        direct = env.direct("client", 0)
+        for i in range(3):
+            body = {"apiVersion": GV, "kind": "MyResource", "metadata": {"name": f"big-{i}"}}
+            body["spec"] = {"color": "x" * 30_000}
+            assert direct.call("POST", objects_path(ns), body).status == 201
+        assert len(direct.call("GET", objects_path(ns)).body) >= 64 * 1024
+        url = urllib.parse.urlsplit(direct.base)
+        assert url.hostname is not None and url.port is not None
+        lists = count(direct.metrics(), "vcluster_proxy_request_total", verb="list", code="200", **GV_LABEL)
+        errors_before = len(env.log_lines("client", "Error handling request"))
+        for _ in range(5):
+            raw = socket.create_connection((url.hostname, url.port), timeout=30)
+            with direct.ctx.wrap_socket(raw, server_hostname=url.hostname) as conn:
+                conn.sendall(
+                    f"GET {objects_path(ns)} HTTP/1.1\r\nHost: {url.netloc}\r\n"
+                    f"Authorization: Bearer {direct.token}\r\n\r\n".encode()
+                )
+        eventually(
+            lambda: (
+                count(direct.metrics(), "vcluster_proxy_request_total", verb="list", code="200", **GV_LABEL)
+                >= lists + 5
+            ),
+            timeout=15,
+        )
+        assert len(env.log_lines("client", "Error handling request")) == errors_before
+
     def test_connection_upgrades_answer_501(self, env: Env) -> None:
         """exec-, attach- and port-forward-like upgrade requests to the proxied group get 501. Sent to a replica
         directly (the platform's tenant path relays upgrades as they are: tests/integration/test_streams.py)."""

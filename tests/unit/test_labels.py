@@ -444,3 +444,31 @@ _label_sets = st.dictionaries(
 def test_matches_agrees_with_reference(reqs: list[Requirement], lbls: dict[str, str]) -> None:
     sel = Selector(reqs)
     assert sel.matches(lbls) == all(reference_matches(r, lbls) for r in reqs)
+
+
+@pytest.mark.parametrize(
+    ("selector", "required"),
+    [
+        ("a=1", {"a": "1"}),
+        ("a==1,b in (2)", {"a": "1", "b": "2"}),
+        ("", {}),
+        ("a=1,a=2", None),
+        ("a in (1,2)", None),
+        ("a!=1", None),
+        ("a", None),
+        ("!a", None),
+        ("a=1,b notin (2)", None),
+        ("a>1", None),
+    ],
+)
+def test_required_labels_agrees_with_matches(selector: str, required: dict[str, str] | None) -> None:
+    sel = labels.parse(selector)
+    assert sel.required_labels() == required
+    if required is None:
+        return
+    for candidate in ({}, {"a": "1"}, {"a": "2"}, {"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"}):
+        assert (required.items() <= candidate.items()) == sel.matches(candidate), candidate
+
+
+def test_required_labels_of_nothing() -> None:
+    assert labels.Selector.nothing().required_labels() is None

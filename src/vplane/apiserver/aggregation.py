@@ -239,6 +239,9 @@ class Backend:
     session: aiohttp.ClientSession | None = None
     openapi_retries: int = 0
     """Checks in a row that found no OpenAPI document for a local backend (they back off)."""
+    in_process: tuple[tuple[int, int, int], LocalBackend | None] | None = None
+    """``Aggregator._local``'s last answer and what it was read from: the revisions of the Service and its
+    Endpoints and the in-process backends' version (every proxied request asks)."""
 
     @property
     def local(self) -> bool:
@@ -261,6 +264,7 @@ class Aggregator:
     def __init__(self, server: APIServer) -> None:
         self.server = server
         self.local_backends: dict[tuple[str, int], LocalBackend] = {}
+        self._local_version = 0
         self.policy = BackendPolicy.from_settings(server.settings)
         self.resolver = CheckedResolver(self.policy)
         self.backends: dict[tuple[str, str], Backend] = {}
@@ -279,16 +283,39 @@ class Aggregator:
     def serve_locally(self, host: str, port: int, backend: LocalBackend) -> None:
         """Answer APIServices whose Service resolves to ``host:port`` with ``backend``, in-process."""
         self.local_backends[(normalize_host(host), port)] = backend
+        self._local_version += 1
         self._wake.set()
 
     def _local(self, backend: Backend) -> LocalBackend | None:
         if not self.local_backends:
             return None
+        # The address is read from the Service (and its Endpoints), which change far less often than
+        # requests arrive: the answer is kept until either object's revision moves.
+        stamp = self._address_stamp(backend.spec)
+        if backend.in_process is not None and backend.in_process[0] == stamp:
+            return backend.in_process[1]
         try:
             host, port = self.service_address(backend.spec)
+            found = self.local_backends.get((normalize_host(host), port))
         except errors.StatusError:
-            return None
-        return self.local_backends.get((normalize_host(host), port))
+            found = None
+        backend.in_process = (stamp, found)
+        return found
+
+    def _address_stamp(self, apiservice_spec: Obj) -> tuple[int, int, int]:
+        """What ``service_address`` reads, as revisions (0: absent)."""
+        svc_ref = apiservice_spec.get("service") or {}
+        namespace, name = str(svc_ref.get("namespace", "")), str(svc_ref.get("name", ""))
+        registry = self.server.registry
+        services, endpoints = registry.get("", "v1", "services"), registry.get("", "v1", "endpoints")
+        assert services is not None and endpoints is not None
+        service = self.server.objects.get_kv(services, namespace, name)
+        eps = self.server.objects.get_kv(endpoints, namespace, name)
+        return (
+            service.mod_revision if service is not None else 0,
+            eps.mod_revision if eps is not None else 0,
+            self._local_version,
+        )
 
     def allow_backend(self, host: str, port: int) -> None:
         """Exempt ``host:port`` from the backend policy: a backend this process serves itself (the tenant's

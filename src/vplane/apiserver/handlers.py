@@ -264,6 +264,13 @@ class ResourceHandlers:
             return
         if field_sel.empty:
             memo = self.label_memo
+            required = label_sel.required_labels()
+            if required is not None:  # equalities only (the resource proxy's owned lists)
+                wanted = required.items()
+                for kv in kvs:
+                    if wanted <= memo.of(kv).items():
+                        yield kv, None
+                return
             for kv in kvs:
                 if label_sel.matches(memo.of(kv)):
                     yield kv, None

@@ -173,6 +173,9 @@ class Requirement:
         return f"{self.key}{symbol}{self.values[0]}"
 
 
+_EXACT = frozenset({Operator.EQUALS, Operator.DOUBLE_EQUALS, Operator.IN})
+
+
 class Selector:
     """An immutable AND of requirements, kept sorted by key (stably) like upstream's ``internalSelector``.
 
@@ -242,6 +245,19 @@ class Selector:
                     return r.values[0]
                 return None
         return None
+
+    def required_labels(self) -> dict[str, str] | None:
+        """The labels a match must carry, when that is all the selector asks (only one-value ``=``, ``==``
+        and ``in`` requirements, each key once), else None. ``required.items() <= labels.items()`` then
+        matches several times faster than ``matches`` (a label-selected list tests every object)."""
+        if self._nothing:
+            return None
+        required: dict[str, str] = {}
+        for r in self._requirements:
+            if r.operator not in _EXACT or len(r.values) != 1 or r.key in required:
+                return None
+            required[r.key] = r.values[0]
+        return required
 
     def __iter__(self) -> Iterator[Requirement]:
         return iter(self._requirements)

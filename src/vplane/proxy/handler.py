@@ -23,7 +23,9 @@ import aiohttp
 import orjson
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
+from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field
 
 from vplane.kube import errors, requestinfo
@@ -35,10 +37,11 @@ from vplane.proxy.upstream import (
     Deadline,
     DeadlineExceeded,
     Dial,
+    DialFailed,
     DialObserver,
     HostPool,
+    UpstreamResponse,
     bind_selection,
-    dial_failure,
     reset_selection,
 )
 from vplane.support.requestheader import strip_identity_headers
@@ -48,6 +51,8 @@ log = structlog.get_logger("vplane.proxy")
 UPGRADE_MESSAGE = "resource proxy does not support connection upgrades"
 JSON_TYPE = "application/json"
 PROXY_FIELD_MANAGER = "vcluster-resource-proxy"
+STREAM_ABOVE = 64 * 1024
+"""Answers at least this long (or of unknown length) are relayed as they arrive; shorter ones in one write."""
 
 
 class ProxySettings(BaseModel):
@@ -121,6 +126,8 @@ class ResourceProxy:
         self.label = target.target_label
         self.placeholder = f"kube.{target.target_name}.{target.target_project}.vcluster.invalid:443"
         self._base = "http://" + self.placeholder
+        self._prefix = f"/apis/{target.group}/{target.version}"
+        self._prefix_slash = self._prefix + "/"
         self._access_key = access_key
         self._namespace_exists = namespace_exists
         self._clock = clock
@@ -138,8 +145,14 @@ class ResourceProxy:
             clock=clock,
             connections_per_host=self.settings.connections_per_peer,
             keepalive_timeout=self.settings.keepalive_seconds,
+            authority=self.placeholder,
         )
         metrics.add_target(self.label)
+        # Label children looked up once: ``labels()`` validates and stringifies its arguments under a lock
+        # on every call, a measurable share of a proxied GET.
+        self._inflight = metrics.inflight.labels(self.label)
+        self._durations: dict[str, Histogram] = {}
+        self._counts: dict[tuple[str, int, str], Counter] = {}
         self.first_list = asyncio.Event()
         self.log = log.bind(target=self.label, groupVersion=target.group_version)
 
@@ -215,8 +228,7 @@ class ResourceProxy:
         lingering APIService still names port ``9100 + n``, which may now belong to another group's proxy;
         forwarding it there would keep serving the removed group with that entry's target and access mode.
         Refused, the lingering group reads as unavailable, as the runbook's decommission section says."""
-        prefix = f"/apis/{self.target.group}/{self.target.version}"
-        return path == prefix or path.startswith(prefix + "/")
+        return path == self._prefix or path.startswith(self._prefix_slash)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if not self.serves(request.path):
@@ -235,7 +247,7 @@ class ResourceProxy:
             return self._finish(outcome, verb, await self._discovery(request, outcome))
         if info.verb == "watch":
             return await self._watch(request, info, outcome)
-        self.metrics.inflight.labels(self.label).inc()
+        self._inflight.inc()
         started = self._clock()
         response: web.StreamResponse
         try:
@@ -254,8 +266,11 @@ class ResourceProxy:
             )
             response = self._unavailable_response("context deadline exceeded")
         finally:
-            self.metrics.inflight.labels(self.label).dec()
-            self.metrics.request_duration.labels(self.label, verb).observe(self._clock() - started)
+            self._inflight.dec()
+            duration = self._durations.get(verb)
+            if duration is None:
+                duration = self._durations[verb] = self.metrics.request_duration.labels(self.label, verb)
+            duration.observe(self._clock() - started)
         return self._finish(outcome, verb, response)
 
     def _finish(self, outcome: Outcome, verb: str, response: web.StreamResponse) -> web.StreamResponse:
@@ -263,9 +278,13 @@ class ResourceProxy:
         return response
 
     def _count(self, outcome: Outcome, verb: str, code: int) -> None:
-        self.metrics.requests.labels(
-            self.label, self.target.group_version, verb, str(code), outcome.reason or "upstream"
-        ).inc()
+        reason = outcome.reason or "upstream"
+        counter = self._counts.get((verb, code, reason))
+        if counter is None:  # created at its first event, as the series appears then
+            counter = self._counts[(verb, code, reason)] = self.metrics.requests.labels(
+                self.label, self.target.group_version, verb, str(code), reason
+            )
+        counter.inc()
 
     # -- discovery -------------------------------------------------------------------------------------
 
@@ -550,7 +569,7 @@ class ResourceProxy:
 
     async def _send(
         self, method: str, path_qs: str, headers: CIMultiDict[str], body: bytes | None, outcome: Outcome
-    ) -> aiohttp.ClientResponse:
+    ) -> UpstreamResponse:
         selection = self.cache.select()
         if not isinstance(selection, Selection):
             outcome.set(selection.value)
@@ -558,20 +577,11 @@ class ResourceProxy:
             raise Unavailable()
         token = bind_selection(selection)
         try:
-            session = self.pool.session(selection.host)
-            return await session.request(
-                method,
-                self._base + path_qs,
-                headers=headers,
-                data=body,
-                allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
-        except aiohttp.ClientConnectorError as exc:
-            failure = dial_failure(exc)
-            outcome.set(failure.reason if failure is not None else "error")
-            raise Unavailable(_describe(failure.cause if failure and failure.cause else exc)) from exc
-        except (aiohttp.ClientError, OSError) as exc:
+            return await self.pool.request(selection.host, method, path_qs, headers.items(), body)
+        except DialFailed as exc:
+            outcome.set(exc.reason)
+            raise Unavailable(_describe(exc.cause if exc.cause is not None else exc)) from exc
+        except (aiohttp.ClientError, HttpProcessingError, OSError) as exc:
             outcome.set("upstream")
             raise Unavailable(_describe(exc)) from exc
         finally:
@@ -580,7 +590,7 @@ class ResourceProxy:
                 self.cache.release(selection)
 
     async def _answer(
-        self, request: web.BaseRequest, upstream: aiohttp.ClientResponse, outcome: Outcome
+        self, request: web.BaseRequest, upstream: UpstreamResponse, outcome: Outcome
     ) -> web.StreamResponse:
         status = upstream.status
         if status >= 500:
@@ -612,23 +622,33 @@ class ResourceProxy:
     async def _relay(
         self,
         request: web.BaseRequest,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         on_chunk: Callable[[bytes], object] | None = None,
     ) -> web.StreamResponse:
         async with upstream:
-            if upstream.content_length is not None and on_chunk is None and upstream.content_length < 1 << 20:
+            length = upstream.content_length if on_chunk is None else None
+            if length is not None and length < STREAM_ABOVE:
                 data = await upstream.read()
                 return web.Response(body=data, status=upstream.status, headers=_end_to_end(upstream.headers))
+            # Larger bodies go through as they arrive, with their length when the target gave one (a
+            # LIST is not copied into one buffer and out again).
             response = web.StreamResponse(status=upstream.status, headers=_end_to_end(upstream.headers))
-            response.enable_chunked_encoding()
-            await response.prepare(request)
+            if length is not None:
+                response.content_length = length
+            else:
+                response.enable_chunked_encoding()
             try:
+                await response.prepare(request)
                 async for chunk in upstream.content.iter_any():
                     if on_chunk is not None:
                         on_chunk(chunk)
                     await response.write(chunk)
-            except (ConnectionResetError, aiohttp.ClientPayloadError):
-                pass
+            except ConnectionResetError:
+                pass  # the caller went away (a LIST cut short, a watch closed): nothing is left to send
+            except aiohttp.ClientPayloadError:
+                # The target's answer broke off: so does the caller's, rather than looking complete.
+                if request.transport is not None:
+                    request.transport.close()
             else:
                 await response.write_eof()
             return response

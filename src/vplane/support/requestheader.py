@@ -124,4 +124,4 @@ HOP_BY_HOP = frozenset(
 def strip_identity_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """Every header but credentials, identity and hop-by-hop ones, which a proxy must not pass on."""
     drop = ("authorization", "impersonate-", "x-remote-")
-    return [(k, v) for k, v in headers if not k.lower().startswith(drop) and k.lower() not in HOP_BY_HOP]
+    return [(k, v) for k, v in headers if not (low := k.lower()).startswith(drop) and low not in HOP_BY_HOP]

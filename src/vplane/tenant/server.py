@@ -221,7 +221,7 @@ class TenantServer:
         assert namespaces is not None
 
         async def namespace_exists(name: str) -> bool:
-            return self.api.objects.get(namespaces, "", name) is not None
+            return self.api.objects.get_kv(namespaces, "", name) is not None  # every proxied write asks
 
         self.proxy = TenantProxy(
             targets,
