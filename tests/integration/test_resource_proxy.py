@@ -1433,7 +1433,8 @@ subjects:
 
 PEERS_DIAL_TIMEOUT = 3.0
 PEERS_PROXY = {
-    "peers": {"dial_timeout_seconds": PEERS_DIAL_TIMEOUT, "quarantine_seconds": 4},
+    # Quarantine long enough that the fail-fast request still finds it on a loaded machine.
+    "peers": {"dial_timeout_seconds": PEERS_DIAL_TIMEOUT, "quarantine_seconds": 8},
     "request_timeout_seconds": 20,
     "keepalive_seconds": 0.1,
 }
@@ -1778,9 +1779,9 @@ class TestReplicas:
         assert count(m0, "vcluster_proxy_target_all_peers_quarantined_total", **TARGET_LABEL) == 1
         assert count(m1, "vcluster_proxy_peer_quarantines_total", **TARGET_LABEL) == 0
         assert series(m1, "vcluster_proxy_peers", state="healthy", **GV_LABEL) == 1.0
-        # The other replica's own background reads (its aggregator's availability and OpenAPI checks) may
-        # have dialled the stopped target too, but never enough to quarantine it.
-        assert count(m1, "vcluster_proxy_peer_dial_failures_total", **TARGET_LABEL) < 3
+        # The other replica's own background reads (its aggregator's availability and OpenAPI checks, its
+        # controllers' discovery when it leads) may have dialled the stopped target too: what it must not
+        # show is the quarantine (above and in its log, below).
         assert e.log_lines("ha", ALL_QUARANTINED_LOG, 0)
         assert not e.log_lines("ha", QUARANTINE_LOG, 1) and not e.log_lines("ha", ALL_QUARANTINED_LOG, 1)
         assert r1.call("GET", objects_path("default")).status == 200, "the other replica serves on"
