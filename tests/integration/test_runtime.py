@@ -395,7 +395,13 @@ def test_every_status_column_as_kubectl_prints_it(
         "docker.io/library/busybox@sha256:"
     )
     assert main["containerID"].startswith("vplane://") and main["started"] is True
-    crash = pod_json(kk, ns, "crashloop")["status"]["containerStatuses"][0]
+
+    def backing_off() -> dict[str, Any] | None:
+        # Read while it waits (it restarts between back-offs, and then its state is running or terminated).
+        status: dict[str, Any] = pod_json(kk, ns, "crashloop")["status"]["containerStatuses"][0]
+        return status if status["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff" else None
+
+    crash = wait_until(backing_off, "crashloop waiting in CrashLoopBackOff")
     assert crash["lastState"]["terminated"]["exitCode"] == 1
     assert crash["lastState"]["terminated"]["reason"] == "Error"
     assert crash["state"]["waiting"]["message"].startswith("back-off ")
@@ -1166,6 +1172,12 @@ async def test_attach_and_exec_for_the_streams_handlers(tmp_path: Path) -> None:
     await session.close()
     assert (await cat.wait()).exit_code == 0
     assert b" stdout F hello\n" in (tmp_path / "logs" / "cat.log").read_bytes()
+
+    # A shim that has not started its process within the limit is a StartError (and is killed).
+    late = ContainerProcess(tmp_path / "late", tmp_path / "logs" / "late.log", "vplane://" + "c3" * 32)
+    late.spawn(["/bin/cat"], env, tmp_path, stdin=True)
+    failed = await late.wait_started(0.0)
+    assert failed is not None and failed.start_error == "failed to start container process: timed out"
 
     shell = ContainerProcess(tmp_path / "sh", tmp_path / "logs" / "sh.log", "vplane://" + "b2" * 32)
     shell.spawn(["/bin/sh"], env, tmp_path, tty=True, stdin=True)

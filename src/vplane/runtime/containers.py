@@ -30,8 +30,9 @@ from vplane.runtime.shim import proc_start_time
 log = structlog.get_logger("vplane.runtime.containers")
 
 SHIM = Path(__file__).with_name("shim.py")
-START_TIMEOUT = 10.0
-"""How long a shim may take to start its process before the start counts as failed."""
+START_TIMEOUT = 120.0
+"""How long a shim may take to start its process before the start counts as failed (the runtime passes
+``RuntimeSettings.container_start_timeout_seconds``)."""
 POLL_INTERVAL = 0.01
 
 

@@ -576,7 +576,7 @@ class PodWorker:
             )
             self.starting[name] = process  # stopped with the others if the worker is stopped meanwhile
             try:
-                failed = await process.wait_started()
+                failed = await process.wait_started(self.rt.settings.container_start_timeout_seconds)
             finally:
                 self.starting.pop(name, None)
         if failed is not None:

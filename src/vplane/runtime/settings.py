@@ -67,6 +67,10 @@ class RuntimeSettings(BaseModel):
     """An image that cannot be pulled is retried after 10 s, doubling to 5 min (``ImagePullBackOff``)."""
 
     # -- containers ------------------------------------------------------------------------------
+    container_start_timeout_seconds: float = Field(default=120.0, gt=0)
+    """How long a container's shim may take to start its process before the start fails (``StartError``,
+    ``failed to start container process: timed out``): the kubelet's ``--runtime-request-timeout`` (2 min).
+    A shim is a Python process, slow to start on a loaded machine."""
     crash_backoff_seconds: float = Field(default=10.0, gt=0)
     crash_backoff_max_seconds: float = Field(default=300.0, gt=0)
     """A container that exits is restarted after 10 s, doubling to 5 min (``CrashLoopBackOff``)."""
