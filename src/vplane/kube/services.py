@@ -351,6 +351,12 @@ def validate_cluster_ip_fields(spec: Obj) -> list[Cause]:
             causes.append(errors.field_invalid(f"spec.clusterIPs[{i}]", ip, IP_MESSAGE))
     if len(ips) > 2:
         causes.append(errors.field_invalid("spec.clusterIPs", ips, "may only hold up to 2 values"))
+    if ips and ips[0] == NONE and spec.get("type") in (NODE_PORT, LOAD_BALANCER):
+        causes.append(
+            errors.field_invalid(
+                "spec.clusterIPs[0]", NONE, f"may not be set to 'None' for {spec['type']} services"
+            )
+        )
     if invalid_ips:
         return causes
     if len(ips) > 1 and len({family_of(str(ip)) for ip in ips}) != len(ips):
