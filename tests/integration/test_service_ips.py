@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from harness import APIServerProcess, Kubectl
+from harness import APIServerProcess, Kubectl, PlatformProcess
 
 pytestmark = pytest.mark.integration
 
@@ -326,3 +328,79 @@ def test_the_kubernetes_service_comes_back_and_follows_the_servers_port(
     assert svc["spec"]["ports"][0]["targetPort"] == port
     endpoints = get(k, "endpoints", "kubernetes", "-n", "default")
     assert endpoints["subsets"][0]["ports"][0]["port"] == port
+
+
+def test_tenant_replicas_agree_on_allocations_and_the_kubernetes_endpoints(
+    tmp_path: Path, kubectl_path: str
+) -> None:
+    """Two replicas of a tenant on one store: Services created through both at once get distinct
+    addresses, each recorded once; the ``kubernetes`` endpoints name one replica, the leader."""
+    platform = PlatformProcess(
+        tmp_path / "platform",
+        {
+            "tenant_restart_backoff_seconds": 0.2,
+            "tenant_apiserver": json.dumps(
+                {"controller_manager": False, "scheduler": False, "endpoint_reconciler_interval_seconds": 0.5}
+            ),
+        },
+    )
+    platform.start()
+    try:
+        admin = Kubectl(kubectl_path, platform.kubeconfig, tmp_path / "cache")
+        admin.apply("apiVersion: management.loft.sh/v1\nkind: Project\nmetadata: {name: default}\n")
+        wait_until(lambda: admin.run("get", "namespace", "p-default", check=False).code == 0, "the project")
+        values = yaml.safe_dump({"controlPlane": {"statefulSet": {"highAvailability": {"replicas": 2}}}})
+        admin.apply(
+            json.dumps(
+                {
+                    "apiVersion": "management.loft.sh/v1",
+                    "kind": "VirtualClusterInstance",
+                    "metadata": {"name": "ha", "namespace": "p-default"},
+                    "spec": {"template": {"helmRelease": {"values": values}}},
+                }
+            )
+        )
+        directory = platform.tenant_dir("default", "ha")
+        configs = [directory / f"kubeconfig-{i}.yaml" for i in (0, 1)]
+        wait_until(lambda: all(c.exists() for c in configs), "both replicas", within=90)
+        replicas = [Kubectl(kubectl_path, c, tmp_path / f"cache-{i}") for i, c in enumerate(configs)]
+        for k in replicas:
+            wait_until(lambda k=k: k.run("get", "svc", "kubernetes", check=False).code == 0, "the Service")
+        ports = {
+            int(yaml.safe_load(c.read_text())["clusters"][0]["cluster"]["server"].rsplit(":", 1)[1])
+            for c in configs
+        }
+        endpoints = wait_until(
+            lambda: (
+                json.loads(r.out).get("subsets")
+                if (r := replicas[1].run("get", "endpoints", "kubernetes", "-o", "json", check=False)).code
+                == 0
+                else None
+            ),
+            "the kubernetes endpoints",
+        )
+        (subset,) = endpoints
+        assert subset["addresses"] == [{"ip": "127.0.0.1"}]
+        assert subset["ports"][0]["port"] in ports and len(ports) == 2
+        for k in replicas:
+            assert get(k, "svc", "kubernetes")["spec"]["clusterIP"] == "127.96.0.1"
+        creates = [
+            k.popen("create", "service", "clusterip", f"r{i}-{n}", "--tcp=80")
+            for n in range(6)
+            for i, k in enumerate(replicas)
+        ]
+        for proc in creates:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+        listed = get(replicas[0], "svc")["items"]
+        ips = [s["spec"]["clusterIP"] for s in listed if s["metadata"]["name"].startswith("r")]
+        assert len(ips) == len(set(ips)) == 12
+        records = {
+            r["metadata"]["name"]: r["spec"]["parentRef"]["name"]
+            for r in get(replicas[1], "ipaddresses")["items"]
+        }
+        for s in listed:
+            assert records[s["spec"]["clusterIP"]] == s["metadata"]["name"]
+    finally:
+        platform.stop()
+        platform.kill_tenants()
