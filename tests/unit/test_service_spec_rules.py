@@ -147,6 +147,9 @@ def test_cluster_ip_fields_are_validated_with_upstreams_words() -> None:
     assert messages(
         services.validate_cluster_ip_fields({"type": "ExternalName", "clusterIP": "127.96.0.5"})
     ) == ["spec.clusterIPs: Forbidden: may not be set for ExternalName services"]
+    assert check(type="NodePort", clusterIP="None", clusterIPs=["None"]) == [
+        "spec.clusterIPs[0]: Invalid value: \"None\": may not be set to 'None' for NodePort services"
+    ]
 
 
 def test_node_ports_are_validated_where_a_type_has_none() -> None:

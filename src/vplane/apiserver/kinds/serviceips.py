@@ -249,8 +249,7 @@ class ServiceAllocator:
         spec, meta = self._spec(obj), obj["metadata"]
         name = str(meta.get("name", ""))
         held = set(services.node_ports(old)) if old is not None else set()
-        taken: list[int] = []
-        """Node ports this request took, recorded unless it is a dry run."""
+        taken: list[int] = []  # node ports this request took, recorded unless it is a dry run
         try:
             if services.needs_node_port(spec):
                 allocate = (
