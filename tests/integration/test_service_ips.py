@@ -312,7 +312,7 @@ def test_records_are_repaired(apiserver: APIServerProcess, fresh: Callable[..., 
 def test_the_kubernetes_service_comes_back_and_follows_the_servers_port(
     apiserver: APIServerProcess, fresh: Callable[..., Kubectl]
 ) -> None:
-    k = fresh(endpoint_reconciler_interval_seconds=0.2)
+    k = fresh(endpoint_reconciler_interval_seconds=0.2, advertise_address="127.0.0.5")
     k.run("delete", "svc", "kubernetes", "-n", "default")
     wait_until(
         lambda: k.run("get", "svc", "kubernetes", "-n", "default", check=False).code == 0, "the Service again"
@@ -328,6 +328,15 @@ def test_the_kubernetes_service_comes_back_and_follows_the_servers_port(
     assert svc["spec"]["ports"][0]["targetPort"] == port
     endpoints = get(k, "endpoints", "kubernetes", "-n", "default")
     assert endpoints["subsets"][0]["ports"][0]["port"] == port
+    assert endpoints["subsets"][0]["addresses"] == [{"ip": "127.0.0.5"}]
+    assert get(k, "endpointslice", "kubernetes", "-n", "default")["ports"][0]["port"] == port
+
+
+def test_no_endpoint_reconciler_leaves_the_endpoints_alone(fresh: Callable[..., Kubectl]) -> None:
+    k = fresh(endpoint_reconciler_type="none")
+    assert get(k, "svc", "kubernetes", "-n", "default")["spec"]["clusterIP"] == "127.96.0.1"
+    assert k.run("get", "endpoints", "kubernetes", "-n", "default", check=False).code != 0
+    assert k.run("get", "endpointslice", "kubernetes", "-n", "default", check=False).code != 0
 
 
 def test_tenant_replicas_agree_on_allocations_and_the_kubernetes_endpoints(
