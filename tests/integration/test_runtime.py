@@ -969,11 +969,11 @@ def test_two_pods_bind_the_same_port_and_a_service_reaches_them(
             }
         ),
     )
-    cluster_ip = wait_until(
-        lambda: json.loads(k.run("get", "svc", "web", "-n", ns, "-o", "json").out)["spec"].get("clusterIP"),
-        "a ClusterIP",
-    )
+    # The API server allocated the address at create; the runtime wrote nothing to the Service.
+    svc = json.loads(k.run("get", "svc", "web", "-n", ns, "-o", "json", "--show-managed-fields").out)
+    cluster_ip = svc["spec"]["clusterIP"]
     assert cluster_ip.startswith("127.96.")
+    assert [f["manager"] for f in svc["metadata"]["managedFields"]] == ["kubectl-client-side-apply"]
     with pytest.raises(OSError):
         _get(f"http://{cluster_ip}:80/")  # no endpoints yet: refused
     # The endpoints controller fills the Service's Endpoints from the ready pods it now selects.
