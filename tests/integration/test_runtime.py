@@ -980,11 +980,11 @@ def test_two_pods_bind_the_same_port_and_a_service_reaches_them(
             }
         ),
     )
-    cluster_ip = wait_until(
-        lambda: json.loads(k.run("get", "svc", "web", "-n", ns, "-o", "json").out)["spec"].get("clusterIP"),
-        "a ClusterIP",
-    )
+    # The API server allocated the address at create; the runtime wrote nothing to the Service.
+    svc = json.loads(k.run("get", "svc", "web", "-n", ns, "-o", "json", "--show-managed-fields").out)
+    cluster_ip = svc["spec"]["clusterIP"]
     assert cluster_ip.startswith("127.96.")
+    assert [f["manager"] for f in svc["metadata"]["managedFields"]] == ["kubectl-client-side-apply"]
     with pytest.raises(OSError):
         _get(f"http://{cluster_ip}:80/")  # no endpoints yet: refused
     # The endpoints controller fills the Service's Endpoints from the ready pods it now selects.
@@ -1001,6 +1001,41 @@ def _answers(url: str, count: int) -> set[str] | None:
     except OSError:
         return None
     return found if len(found) == 2 else None
+
+
+def _can_bind_port_443() -> bool:
+    if os.geteuid() == 0:
+        return True
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text()) <= 443
+    except (OSError, ValueError):
+        return False
+
+
+@pytest.mark.skipif(
+    not _can_bind_port_443(), reason="port 443 needs root or net.ipv4.ip_unprivileged_port_start <= 443"
+)
+def test_the_kubernetes_service_reaches_the_api_server(cluster: Cluster, k: Kubectl) -> None:
+    """The API server allocates the ClusterIPs now: the runtime patches none, and its proxy serves the
+    ``kubernetes`` Service (127.96.0.1:443) to the API server, whose certificate names that address."""
+    svc = json.loads(
+        k.run("get", "svc", "kubernetes", "-n", "default", "-o", "json", "--show-managed-fields").out
+    )
+    assert svc["spec"]["clusterIP"] == "127.96.0.1"
+    assert [f["manager"] for f in svc["metadata"]["managedFields"]] == ["kube-apiserver"]
+    doc = yaml.safe_load(cluster.kubeconfig.read_text())
+    ca = base64.b64decode(doc["clusters"][0]["cluster"]["certificate-authority-data"]).decode()
+    context = ssl.create_default_context(cadata=ca)
+
+    def version() -> Any:
+        try:
+            with urllib.request.urlopen("https://127.96.0.1:443/version", context=context, timeout=5) as resp:
+                return json.loads(resp.read())
+        except OSError:
+            return None
+
+    info = wait_until(version, "the API server through the kubernetes Service")
+    assert info["major"] == "1" and info["gitVersion"].startswith("v1.36.")
 
 
 def test_a_pods_environment_volumes_and_service_names(cluster: Cluster, k: Kubectl, ns: str) -> None:

@@ -184,23 +184,41 @@ class ObjectStore:
         if self.admission.mutating:
             obj = await self._mutate_create(ctx, rtype, obj, generated)
             meta = obj["metadata"]
-        await self.admission.admit(
-            AdmissionRequest(ctx, "CREATE", rtype, "", meta.get("namespace", ""), meta["name"], obj, None)
-        )
-        if ctx.dry_run:
-            if self.get_kv(rtype, meta.get("namespace", ""), meta["name"]) is not None:
-                raise errors.already_exists(rtype.resource, meta["name"], rtype.group)
-            return self.to_version(rtype, obj)
-        for attempt in range(8):
-            try:
-                return await self.cache.create(
-                    rtype.key(meta.get("namespace", ""), meta["name"]), self._stored_value(obj, None)
-                )
-            except KeyExistsError:
-                if not generated or attempt == 7:
-                    raise errors.already_exists(rtype.resource, meta["name"], rtype.group) from None
-                meta["name"] = self._generate_name(str(meta["generateName"]))
-        raise AssertionError("unreachable")
+        hooks = rtype.store_hooks
+        finish = await hooks.begin_create(ctx, obj) if hooks is not None else None
+        try:
+            await self.admission.admit(
+                AdmissionRequest(ctx, "CREATE", rtype, "", meta.get("namespace", ""), meta["name"], obj, None)
+            )
+            if ctx.dry_run:
+                if self.get_kv(rtype, meta.get("namespace", ""), meta["name"]) is not None:
+                    raise errors.already_exists(rtype.resource, meta["name"], rtype.group)
+                result: KeyValue | Obj = self.to_version(rtype, obj)
+            else:
+                result = obj  # replaced by the stored value below (the loop breaks or raises)
+                for attempt in range(8):
+                    try:
+                        result = await self.cache.create(
+                            rtype.key(meta.get("namespace", ""), meta["name"]), self._stored_value(obj, None)
+                        )
+                        break
+                    except KeyExistsError:
+                        if not generated or attempt == 7:
+                            raise errors.already_exists(rtype.resource, meta["name"], rtype.group) from None
+                        meta["name"] = self._generate_name(str(meta["generateName"]))
+                        if hooks is not None and finish is not None:
+                            # What was allocated names the object: give it back and allocate for the new name.
+                            done, finish = finish, None
+                            await done(False)
+                            finish = await hooks.begin_create(ctx, obj)
+        except Exception:
+            # Not on cancellation: the write may have been stored; the hooks' repair settles what is left.
+            if finish is not None:
+                await finish(False)
+            raise
+        if finish is not None:
+            await finish(True)
+        return result
 
     async def _mutate_create(
         self, ctx: RequestContext, rtype: ResourceType, obj: Obj, generated: bool
@@ -378,9 +396,6 @@ class ObjectStore:
                 new = await self._mutate_update(ctx, rtype, subresource, namespace, name, new, old)
             if new is None:
                 return old  # nothing changed: no write, resourceVersion unchanged (as upstream)
-            await self.admission.admit(
-                AdmissionRequest(ctx, "UPDATE", rtype, subresource, namespace, name, new, old)
-            )
             new_meta = new["metadata"]
             finishing = (
                 bool(new_meta.get("deletionTimestamp"))
@@ -388,23 +403,72 @@ class ObjectStore:
                 and not new_meta.get("deletionGracePeriodSeconds")
                 and not self._needs_graceful(rtype, new)
             )
-            if ctx.dry_run:
-                new_meta["resourceVersion"] = str(kv.mod_revision)  # nothing was written: the live version
-                return self.to_version(rtype, new)
-            self._to_storage_version(rtype, new)
+            hooks = rtype.store_hooks
+            finish = None
+            if hooks is not None and not subresource and not finishing:
+                finish = await hooks.begin_update(ctx, new, old)
             try:
-                if finishing:
-                    return await self.cache.delete(key, kv.mod_revision)
-                return await self.cache.update(key, self._stored_value(new, kv), kv.mod_revision)
-            except RevisionMismatchError:
-                if user_rv:
-                    raise errors.conflict(rtype.resource, name, rtype.group) from None
-                continue
-            except KeyNotFoundError:
-                raise errors.not_found(rtype.resource, name, rtype.group) from None
+                result = await self._write_update(
+                    ctx,
+                    rtype,
+                    subresource,
+                    namespace,
+                    name,
+                    kv,
+                    new,
+                    old,
+                    finishing=finishing,
+                    user_rv=user_rv,
+                )
+            except Exception:
+                if finish is not None:
+                    await finish(False)
+                raise
+            if finish is not None:
+                await finish(result is not None)
+            if result is None:
+                continue  # lost a race with another writer: read again
+            if finishing and hooks is not None and not ctx.dry_run:
+                await hooks.after_delete(ctx, old)
+            return result
         raise errors.conflict(
             rtype.resource, name, rtype.group, reason="too many concurrent updates, try again"
         )
+
+    async def _write_update(
+        self,
+        ctx: RequestContext,
+        rtype: ResourceType,
+        subresource: str,
+        namespace: str,
+        name: str,
+        kv: KeyValue,
+        new: Obj,
+        old: Obj,
+        *,
+        finishing: bool,
+        user_rv: str,
+    ) -> KeyValue | Obj | None:
+        """Validating admission and the compare-and-swap write of an update; None when another writer
+        changed the object first (the caller reads it again)."""
+        await self.admission.admit(
+            AdmissionRequest(ctx, "UPDATE", rtype, subresource, namespace, name, new, old)
+        )
+        if ctx.dry_run:
+            new["metadata"]["resourceVersion"] = str(kv.mod_revision)  # nothing was written: the live version
+            return self.to_version(rtype, new)
+        self._to_storage_version(rtype, new)
+        key = rtype.key(namespace, name)
+        try:
+            if finishing:
+                return await self.cache.delete(key, kv.mod_revision)
+            return await self.cache.update(key, self._stored_value(new, kv), kv.mod_revision)
+        except RevisionMismatchError:
+            if user_rv:
+                raise errors.conflict(rtype.resource, name, rtype.group) from None
+            return None
+        except KeyNotFoundError:
+            raise errors.not_found(rtype.resource, name, rtype.group) from None
 
     async def _mutate_update(
         self,
@@ -593,6 +657,8 @@ class ObjectStore:
                 continue
             except KeyNotFoundError:
                 raise errors.not_found(rtype.resource, name, rtype.group) from None
+            if rtype.store_hooks is not None:
+                await rtype.store_hooks.after_delete(ctx, obj)
             return DeleteResult(self.to_version(rtype, codec.decode_kv(gone)), True)
         raise errors.conflict(
             rtype.resource, name, rtype.group, reason="too many concurrent updates, try again"

@@ -35,6 +35,25 @@ ALL_VERBS: tuple[str, ...] = (
 STATUS_VERBS: tuple[str, ...] = ("get", "patch", "update")
 
 CreateHandler = Callable[["RequestContext", Obj], Awaitable[Obj]]
+Finish = Callable[[bool], Awaitable[None]]
+"""Called once a write that a store hook prepared is stored (True) or has failed (False)."""
+
+
+class StoreHooks(Protocol):
+    """Side effects of a kind's writes that the generic store cannot know (upstream's ``BeginCreate``,
+    ``BeginUpdate`` and ``AfterDelete`` registry hooks): Services allocate ClusterIPs and node ports.
+
+    ``begin_create`` and ``begin_update`` run after mutating admission and before validating admission, so
+    validating webhooks and policies see what they allocated, and may change the object; they raise a
+    ``StatusError`` to refuse it. Their ``Finish`` learns whether the write was stored: a refused or failed
+    write gives back what was allocated for it. They are not called for subresource writes or dry runs'
+    side effects (a dry run is passed on; hooks check without allocating)."""
+
+    async def begin_create(self, ctx: RequestContext, obj: Obj) -> Finish: ...
+
+    async def begin_update(self, ctx: RequestContext, obj: Obj, old: Obj) -> Finish: ...
+
+    async def after_delete(self, ctx: RequestContext, obj: Obj) -> None: ...
 
 
 class Strategy:
@@ -128,6 +147,8 @@ class ResourceType:
     strategy: Strategy = DEFAULT_STRATEGY
     stored: bool = True
     create_handler: CreateHandler | None = None
+    store_hooks: StoreHooks | None = None
+    """Side effects of this kind's creates, updates and deletes (Services' allocations)."""
     schema_definition: str | None = None
     """Name of the OpenAPI component describing this kind (built-in kinds)."""
     crd_schema: Obj | None = None

@@ -28,7 +28,9 @@ from vplane.apiserver.controllers import CRDController, GarbageCollector, Namesp
 from vplane.apiserver.delegation import Delegate, Kubeconfig
 from vplane.apiserver.escalation import EscalationPrevention
 from vplane.apiserver.handlers import ResourceHandlers, json_response
+from vplane.apiserver.kinds.kubernetesservice import KubernetesService
 from vplane.apiserver.kinds.quota import ResourceQuotaAdmission
+from vplane.apiserver.kinds.serviceips import ServiceAllocator
 from vplane.apiserver.objects import ObjectStore
 from vplane.apiserver.openapi import OpenAPI
 from vplane.apiserver.registry import Registry, ResourceType
@@ -36,7 +38,7 @@ from vplane.apiserver.reviews import Reviews, SubresourceHandler
 from vplane.apiserver.schemas import SchemaSource
 from vplane.apiserver.settings import APIServerSettings
 from vplane.apiserver.watch import WatchEvent, WatchHub
-from vplane.kube import errors, requestinfo, tables
+from vplane.kube import errors, requestinfo, services, tables
 from vplane.kube.objects import Obj
 from vplane.storage.cache import Cache
 from vplane.storage.interface import Store
@@ -110,6 +112,9 @@ class APIServer:
         self.admission.add(NamespaceLifecycle(self.namespaces))
         self.admission.add(EscalationPrevention(self.authorizer, self.authorize))
         builtin.attach(self)
+        self.service_allocator = ServiceAllocator(self)
+        self.service_allocator.attach()
+        self.kubernetes_service = KubernetesService(self, self.service_allocator)
         self.dynamic_admission = webhooks.install(self)
         self.admission.add(ResourceQuotaAdmission(self))  # last, as upstream: refused writes are not charged
         self._runner: web.ServerRunner | None = None
@@ -147,6 +152,7 @@ class APIServer:
         self.crds.load_existing()
         self.aggregator.load()
         await self._bootstrap()
+        await self.service_allocator.repair()  # every allocated address and port has its record
         # The low-level server: every path goes to one handler, so aiohttp's router and application
         # machinery would only add per-request cost.
         limit = self.settings.max_body_bytes + 1024
@@ -188,6 +194,12 @@ class APIServer:
         )
         await site.start()
         self.port = site.port
+        await self.kubernetes_service.start()
+        if not settings.shared_store and settings.endpoint_reconciler_type == "lease":
+            # Replicas on a shared store leave the endpoints to the one their process elects.
+            await self.kubernetes_service.sync_endpoints()
+            self._tasks.append(asyncio.create_task(self.kubernetes_service.run()))
+        self._tasks.append(asyncio.create_task(self.service_allocator.repair_forever()))
         self._write_kubeconfig(admin_token)
         self._tasks.append(asyncio.create_task(self._compactor()))
         self._tasks.extend(self.gc.start())
@@ -254,9 +266,16 @@ class APIServer:
         base = self.settings.serving_cert_name
         srv_crt, srv_key = pki / f"{base}.crt", pki / f"{base}.key"
         names_file = pki / f"{base}.names"
-        names = ",".join(self.settings.server_names)
+        # In-cluster clients reach this server through the `kubernetes` Service too, as upstream's do.
+        server_names = list(self.settings.server_names)
+        server_names += [
+            n
+            for n in services.serving_names(self.service_allocator.ip_range.service_ip)
+            if n not in server_names
+        ]
+        names = ",".join(server_names)
         if not srv_crt.exists() or not names_file.exists() or names_file.read_text() != names:
-            tls.issue_serving(self.ca, self.settings.server_names).write(srv_crt, srv_key)
+            tls.issue_serving(self.ca, server_names).write(srv_crt, srv_key)
             names_file.write_text(names)
         requestheader_ca = (
             self.settings.requestheader_client_ca_file.read_bytes()

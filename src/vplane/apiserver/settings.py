@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from vplane.kube.serviceip import PortRange
 
 
 class APIServerSettings(BaseModel):
@@ -186,3 +188,51 @@ class APIServerSettings(BaseModel):
     serving_cert_name: str = Field(default="serving", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     """The serving certificate's files in ``<data dir>/pki`` (``<name>.crt``, ``.key``, ``.names``). Tenant
     replicas that serve on addresses of their own (pod IPs) share a data directory, so each keeps its own."""
+
+    # -- issue 9 (Service ClusterIPs and node ports, the `kubernetes` Service) ------------------------
+    service_cluster_ip_range: str = "127.96.0.0/16"
+    """Services get their ClusterIP from this range when they are created (``--service-cluster-ip-range``);
+    its first address is the ``kubernetes`` Service's. Each allocation is an IPAddress object, and the
+    range is the ServiceCIDR ``kubernetes``. A loopback range by default: Linux routes all of 127.0.0.0/8 to
+    the loopback interface, so vplane's node runtime can bind ClusterIPs for its userspace service proxy
+    without privileges (its ``service_cidr`` must name the same range). At most 2^20 addresses."""
+    service_node_port_range: str = "30000-32767"
+    """NodePort and LoadBalancer Services get their node ports from this range (``--service-node-port-range``,
+    both ends included)."""
+    endpoint_reconciler_type: Literal["lease", "none"] = "lease"
+    """``lease`` (upstream's default): the ``kubernetes`` Endpoints and EndpointSlice name this server, kept
+    so every ``endpoint_reconciler_interval_seconds``. Replicas on a shared store leave it to the replica
+    their embedding process elects (a tenant's leader), so they agree. ``none``: nothing maintains them."""
+    endpoint_reconciler_interval_seconds: float = Field(default=10.0, gt=0)
+    """How often the ``kubernetes`` Service, its endpoints and the ServiceCIDR ``kubernetes`` are checked
+    (upstream's ``--endpoint-reconciler`` interval, 10 s)."""
+    advertise_address: str = ""
+    """The address the ``kubernetes`` endpoints give for this server (``--advertise-address``); empty: the
+    listen address, or 127.0.0.1 (::1) when it is unspecified or a name."""
+    service_ip_repair_interval_seconds: float = Field(default=180.0, gt=0)
+    """How often allocation records are checked against Services (upstream repairs every 3 minutes): a
+    missing IPAddress or node port record is written, one no Service holds is removed once it is this
+    old (a younger one may belong to a create still under way). Also done once at start."""
+
+    @field_validator("service_cluster_ip_range")
+    @classmethod
+    def _service_range(cls, value: str) -> str:
+        network = ipaddress.ip_network(value, strict=True)
+        if network.max_prefixlen - network.prefixlen > 20:
+            raise ValueError(f"{value} is too large: a Service IP range has at most 2^20 addresses")
+        if network.num_addresses < 4:
+            raise ValueError(f"{value} is too small: a Service IP range has at least 4 addresses")
+        return value
+
+    @field_validator("service_node_port_range")
+    @classmethod
+    def _node_port_range(cls, value: str) -> str:
+        PortRange.parse(value)
+        return value
+
+    @field_validator("advertise_address")
+    @classmethod
+    def _advertise(cls, value: str) -> str:
+        if value:
+            ipaddress.ip_address(value)
+        return value

@@ -151,6 +151,8 @@ def cluster_start(
             "data_dir": node_dir,
             "tls_cert_file": pki / "kubelet-serving.crt",
             "tls_key_file": pki / "kubelet-serving.key",
+            # The proxy serves the ClusterIPs the API server allocates.
+            "service_cidr": api_settings.service_cluster_ip_range,
         },
         overrides,
     )

@@ -401,7 +401,37 @@ def _render_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return str(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        # Go's %#v of a []string, as upstream prints one (``[]string{"10.0.0.1"}``).
+        return "[]string{" + ", ".join(_render_value(v) for v in value) + "}"
     return '"' + type(value).__name__ + '"'
+
+
+# -- Service ClusterIP and NodePort allocation (pkg/registry/core/service/storage/alloc.go) --------------
+
+
+def cluster_ip_not_allocated(name: str, ips: Sequence[str], ip: str, reason: str) -> StatusError:
+    """A requested ClusterIP the allocator refused (``provided IP is already allocated``, not in range)."""
+    return invalid(
+        "Service",
+        name,
+        [field_invalid("spec.clusterIPs", list(ips), f"failed to allocate IP {ip}: {reason}")],
+    )
+
+
+def node_port_not_allocated(name: str, index: int, port: int, reason: str) -> StatusError:
+    """A requested node port the allocator refused."""
+    return invalid("Service", name, [field_invalid(f"spec.ports[{index}].nodePort", port, reason)])
+
+
+def allocation_failed(what: str, reason: str) -> StatusError:
+    """Dynamic allocation that found nothing free: ``failed to allocate a serviceIP: range is full``
+    (``what`` is ``serviceIP`` or ``nodePort``)."""
+    return internal_error(f"failed to allocate a {what}: {reason}")
+
+
+def health_check_node_port_not_allocated(port: int, reason: str) -> StatusError:
+    return internal_error(f"failed to allocate requested HealthCheck NodePort {port}: {reason}")
 
 
 def too_many_requests(message: str, retry_after: int) -> StatusError:

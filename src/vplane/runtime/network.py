@@ -4,12 +4,15 @@
   bound without privileges. Each pod gets one of ``RuntimeSettings.pod_cidr`` (127.10.0.0/16 by default),
   allocated round-robin (an address just released is not handed out again at once) and kept across
   runtime restarts. A pod's process must bind its own address (``$POD_IP``) for two pods to use one port.
-- **ClusterIPs.** Services without one get an address of ``service_cidr`` (127.96.0.0/16), written to
-  ``spec.clusterIP`` through the API; the choice is deterministic (a hash of the Service's UID, probing
-  past addresses in use), so two runtimes agree.
+- **ClusterIPs.** The API server allocates them at Service create from its ``service_cluster_ip_range``
+  (127.96.0.0/16, loopback so this proxy can bind them); ``service_cidr`` names the same range here. Only
+  a Service that has none (an API server that allocates none) gets one from the runtime, written to
+  ``spec.clusterIP`` through the API: a hash of the Service's UID probing past addresses in use, so two
+  runtimes agree.
 - **The service proxy.** For every ClusterIP Service port, an asyncio listener on ``clusterIP:port``
   forwards each connection to one ready endpoint (Endpoints ``subsets[].addresses``, round-robin),
-  the userspace mode kube-proxy once had. No endpoint: the connection is closed at once.
+  the userspace mode kube-proxy once had. No endpoint: the connection is closed at once. The
+  ``kubernetes`` Service (127.96.0.1:443) is served like any other: its Endpoints are the API server's.
 - **Names.** A hosts file (``<data dir>/hosts``) maps ``<service>.<namespace>.svc.<domain>`` (and the
   shorter forms) to ClusterIPs, headless Services to their endpoints, and ``<hostname>.<subdomain>...``
   to pods; ``vplane.runtime.resolver`` consults it inside vplane's own processes.

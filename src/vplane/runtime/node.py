@@ -478,6 +478,8 @@ class NodeRuntime:
             await self.proxy.update(wanted)
 
     async def _allocate_cluster_ips(self, services: list[Obj]) -> None:
+        """The fallback for Services without a ClusterIP; an API server that allocates them (vplane's,
+        kube-apiserver) leaves none, so nothing is patched."""
         in_use = {
             str(_d(s.get("spec")).get("clusterIP")) for s in services if _d(s.get("spec")).get("clusterIP")
         }

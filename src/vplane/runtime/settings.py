@@ -101,11 +101,13 @@ class RuntimeSettings(BaseModel):
     pod_cidr: str = "127.10.0.0/16"
     """Pod IPs come from this loopback range: each pod its own address, so pods may bind the same port."""
     service_cidr: str = "127.96.0.0/16"
-    """ClusterIPs are allocated from this loopback range for Services that have none."""
+    """The cluster's Service IP range (the API server's ``service_cluster_ip_range``): the proxy serves the
+    ClusterIPs in it, and a Service that has none gets one from it."""
     service_proxy: bool = True
     """Serve each Service's ClusterIP and ports with a userspace TCP proxy to its ready endpoints."""
     allocate_cluster_ips: bool = True
-    """Give Services without ``spec.clusterIP`` one from ``service_cidr`` (written through the API)."""
+    """Give a Service without ``spec.clusterIP`` one from ``service_cidr`` (written through the API). A
+    fallback: vplane's API server allocates them at create, as kube-apiserver does."""
     cluster_domain: str = "cluster.local"
     api_server_url: str = ""
     """What pods see as their cluster's API server (``KUBERNETES_SERVICE_HOST``/``PORT`` and the

@@ -276,12 +276,17 @@ class TenantServer:
 
     async def _lead(self) -> None:
         """Work only the leader does: the controller manager and the scheduler (as kube-controller-manager
-        and kube-scheduler run once per cluster) and the resource proxy's APIService registration. The
-        elector cancels this when leadership is lost, and the controllers stop with it."""
+        and kube-scheduler run once per cluster), the ``kubernetes`` endpoints and the resource proxy's
+        APIService registration. The elector cancels this when leadership is lost, and the controllers
+        stop with it."""
         log.info("became leader", tenant=self.settings.name, identity=self.settings.identity)
         api = self.api.settings
         started: list[ManagedRun | ManagedScheduler] = []
+        tasks: list[asyncio.Task[None]] = []
         try:
+            if api.endpoint_reconciler_type == "lease":
+                # The `kubernetes` endpoints name the leader: replicas listen on ports of their own.
+                tasks.append(asyncio.create_task(self.api.kubernetes_service.run()))
             if api.controller_manager:
                 run = ManagedRun(
                     self.api.kubeconfig_path,
@@ -300,6 +305,7 @@ class TenantServer:
                 await self.proxy.register_forever(self.client)
             await asyncio.Event().wait()
         finally:
+            await cancel_and_wait(tasks)
             for part in reversed(started):
                 await part.stop()
 

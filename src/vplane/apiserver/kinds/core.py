@@ -26,7 +26,7 @@ from vplane.apiserver.kinds.common import (
     validate_enum,
 )
 from vplane.apiserver.registry import ResourceType, Strategy, Subresource
-from vplane.kube import errors, labels, limitrange, podspec, quantity, validation
+from vplane.kube import errors, labels, limitrange, podspec, quantity, services, validation
 from vplane.kube.errors import Cause
 from vplane.kube.objects import Obj
 
@@ -351,16 +351,22 @@ class ServiceStrategy(Strategy):
 
     def default(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
-        if not isinstance(spec, dict):
-            return
-        spec.setdefault("type", "ClusterIP")
-        if spec["type"] != "ExternalName":
-            spec.setdefault("sessionAffinity", "None")
-        for port in spec.get("ports") or []:
-            if isinstance(port, dict):
-                port.setdefault("protocol", "TCP")
-                if spec["type"] != "ExternalName" and "port" in port:
-                    port.setdefault("targetPort", port["port"])
+        if isinstance(spec, dict):
+            services.apply_defaults(spec)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            services.apply_defaults(spec)
+            services.normalize_cluster_ips(spec, None)
+
+    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
+        spec, old_spec = obj.get("spec"), old.get("spec")
+        if isinstance(spec, dict) and isinstance(old_spec, dict):
+            services.apply_defaults(spec)
+            services.patch_allocated_values(spec, old_spec)
+            services.normalize_cluster_ips(spec, old_spec)
+            services.drop_type_dependent_fields(spec, old_spec)
 
     def validate(self, obj: Obj, old: Obj | None) -> list[Cause]:
         spec = obj.get("spec") or {}
@@ -398,6 +404,12 @@ class ServiceStrategy(Strategy):
                     errors.field_not_supported(f"spec.ports[{i}].protocol", protocol, podspec.PROTOCOLS)
                 )
         causes += validation.validate_labels(spec.get("selector"), "spec.selector")
+        if isinstance(spec, dict):
+            causes += services.validate_cluster_ip_fields(spec)
+            causes += services.validate_node_ports(spec)
+            old_spec = old.get("spec") if old is not None else None
+            if isinstance(old_spec, dict):
+                causes += services.validate_update(spec, old_spec)
         return causes
 
     def field_labels(self, obj: Obj) -> dict[str, str]:
