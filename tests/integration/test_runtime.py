@@ -1213,6 +1213,7 @@ async def test_attach_and_exec_for_the_streams_handlers(tmp_path: Path) -> None:
     late.spawn(["/bin/cat"], env, tmp_path, stdin=True)
     failed = await late.wait_started(0.0)
     assert failed is not None and failed.start_error == "failed to start container process: timed out"
+    assert late.shim_pid is not None and not Path(f"/proc/{late.shim_pid}").exists()  # killed and reaped
 
     shell = ContainerProcess(tmp_path / "sh", tmp_path / "logs" / "sh.log", "vplane://" + "b2" * 32)
     shell.spawn(["/bin/sh"], env, tmp_path, tty=True, stdin=True)

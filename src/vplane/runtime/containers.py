@@ -162,7 +162,7 @@ class ContainerProcess:
                 self._reap()
                 return self._read_exit()
             if time.monotonic() > deadline:
-                self.kill_shim()
+                self._kill_unstarted_shim()
                 return ExitStatus(
                     128, time.time(), start_error="failed to start container process: timed out"
                 )
@@ -219,6 +219,19 @@ class ContainerProcess:
             with contextlib.suppress(OSError):
                 os.kill(self.pid, sig)
         return True
+
+    def _kill_unstarted_shim(self) -> None:
+        """The shim we spawned has not said it started: kill its session (it and anything it began). It is
+        our child and not reaped, so its pid is still its own even before its exec shows in /proc, where
+        :meth:`kill_shim`'s check could not recognise it yet."""
+        if self.shim_pid is None:
+            return
+        with contextlib.suppress(OSError):
+            os.killpg(self.shim_pid, signal.SIGKILL)  # spawned with setsid: its pid is its group's
+        with contextlib.suppress(OSError):
+            os.kill(self.shim_pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(self.shim_pid, 0)
 
     def kill_shim(self) -> None:
         if self.shim_pid is not None and _is_shim_of(self.shim_pid, self.spec_path):
