@@ -642,3 +642,56 @@ def test_other_kinds_and_subresources_are_not_looked_at() -> None:
     )
     asyncio.run(p.plugin.admit(delete))
     assert p.asked == []
+
+
+def test_cached_rules_follow_every_rbac_change() -> None:
+    """The authorizer keeps resolved rules between requests; a binding or role written, changed or deleted
+    must be seen by the very next decision."""
+    index = RBACIndex()
+    authorizer = RBACAuthorizer(index)
+    alice = UserInfo("alice", groups=("system:authenticated",))
+    get_pods = Attributes(alice, "get", True, namespace="ns", resource="pods", version="v1", name="p")
+    assert not authorizer.authorize(get_pods).allowed
+
+    role: Obj = {
+        "metadata": {"name": "r"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+    }
+    index.put("clusterroles", role, "", "r")
+    assert not authorizer.authorize(get_pods).allowed  # a role alone grants nothing
+    binding: Obj = {
+        "metadata": {"name": "b"},
+        "roleRef": {"kind": "ClusterRole", "name": "r"},
+        "subjects": [{"kind": "User", "name": "alice"}],
+    }
+    index.put("clusterrolebindings", binding, "", "b")
+    assert authorizer.authorize(get_pods).allowed
+    assert authorizer.authorize(get_pods).allowed  # from the cache
+
+    narrowed = {**role, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]}
+    index.put("clusterroles", narrowed, "", "r")
+    assert not authorizer.authorize(get_pods).allowed
+    index.put("clusterroles", role, "", "r")
+    assert authorizer.authorize(get_pods).allowed
+    index.put("clusterrolebindings", None, "", "b")
+    assert not authorizer.authorize(get_pods).allowed
+    # Another user (or the same name with other groups) never reads alice's entry.
+    index.put("clusterrolebindings", binding, "", "b")
+    assert authorizer.authorize(get_pods).allowed
+    bob = UserInfo("bob", groups=("system:authenticated",))
+    assert not authorizer.authorize(
+        Attributes(bob, "get", True, namespace="ns", resource="pods", name="p")
+    ).allowed
+    # rules_for hands out copies: a caller changing its list changes nothing cached.
+    authorizer.rules_for(alice, "ns").clear()
+    assert authorizer.authorize(get_pods).allowed
+
+
+def test_rules_cache_starts_over_past_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vplane.apiserver import authz
+
+    monkeypatch.setattr(authz, "RULES_CACHE_ENTRIES", 2)
+    authorizer = RBACAuthorizer(RBACIndex())
+    for name in ("a", "b", "c"):
+        authorizer.rules_for(UserInfo(name), "ns")
+    assert len(authorizer._rules) == 1  # cleared when full, then "c" added

@@ -50,8 +50,11 @@ class RBACIndex:
     cluster_roles: dict[str, Obj] = field(default_factory=dict)
     role_bindings: dict[tuple[str, str], Obj] = field(default_factory=dict)
     cluster_role_bindings: dict[str, Obj] = field(default_factory=dict)
+    generation: int = 0
+    """Bumped by every :meth:`put`: what the authorizer's caches are valid for."""
 
     def put(self, resource: str, obj: Obj | None, namespace: str, name: str) -> None:
+        self.generation += 1
         table: dict[Any, Obj]
         key: Any
         if resource == "roles":
@@ -115,9 +118,18 @@ def rule_allows(rule: Obj, attrs: Attributes) -> bool:
     return not names or attrs.name in names
 
 
+RULES_CACHE_ENTRIES = 4096
+"""Distinct (user, groups, namespace) rule lists kept between RBAC changes; past it the cache starts over."""
+
+
 class RBACAuthorizer:
     def __init__(self, index: RBACIndex) -> None:
         self.index = index
+        # Resolving a user's rules scans every binding (and expands aggregated roles); on the request path
+        # that was the larger part of authorization. The rules only change with an RBAC object, so they are
+        # kept per (user, groups, namespace) until the index's generation moves.
+        self._rules: dict[tuple[str, tuple[str, ...], str], tuple[Obj, ...]] = {}
+        self._rules_generation = -1
 
     def cluster_role_rules(self, name: str) -> list[Obj]:
         """The ClusterRole's rules plus, through its ``aggregationRule``, those of every ClusterRole its
@@ -196,6 +208,21 @@ class RBACAuthorizer:
 
     def rules_for(self, user: UserInfo, namespace: str) -> list[Obj]:
         """Every rule that applies to ``user`` in ``namespace`` (cluster-wide rules included)."""
+        return list(self._cached_rules(user, namespace))
+
+    def _cached_rules(self, user: UserInfo, namespace: str) -> tuple[Obj, ...]:
+        if self._rules_generation != self.index.generation:
+            self._rules.clear()
+            self._rules_generation = self.index.generation
+        key = (user.name, user.groups, namespace)
+        rules = self._rules.get(key)
+        if rules is None:
+            if len(self._rules) >= RULES_CACHE_ENTRIES:
+                self._rules.clear()
+            rules = self._rules[key] = tuple(self._resolve_rules(user, namespace))
+        return rules
+
+    def _resolve_rules(self, user: UserInfo, namespace: str) -> list[Obj]:
         rules: list[Obj] = []
         for binding in self.index.cluster_role_bindings.values():
             if any(_subject_matches(s, user, "") for s in binding.get("subjects") or []):
@@ -211,7 +238,7 @@ class RBACAuthorizer:
     def authorize(self, attrs: Attributes) -> Decision:
         if SUPERUSER_GROUP in attrs.user.groups:
             return Decision(True, "superuser")
-        for rule in self.rules_for(attrs.user, attrs.namespace if attrs.resource_request else ""):
+        for rule in self._cached_rules(attrs.user, attrs.namespace if attrs.resource_request else ""):
             if rule_allows(rule, attrs):
                 return Decision(True, "RBAC")
         return Decision(False, "")
