@@ -22,12 +22,21 @@ from vplane.controllers.client import KubeClient, Resource
 from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import API_VERSION, GROUP, KeyRejected
 from vplane.kube.objects import Obj
-from vplane.mesh.coordinator import AuthenticationError, Coordinator, NodeChange, NodeIdentity, NodeInfo
+from vplane.mesh.coordinator import (
+    NO_GROUPS,
+    AuthenticationError,
+    Coordinator,
+    Groups,
+    GroupVisibility,
+    NodeChange,
+    NodeIdentity,
+    NodeInfo,
+)
 from vplane.mesh.settings import MeshSettings
 from vplane.platform import kinds, replicas
 from vplane.platform.admission import PlatformAdmission
 from vplane.platform.clusters.localclient import PLATFORM_KIND
-from vplane.platform.clusters.wiring import ConnectedClusters, visible_to_platform, with_platform_kind
+from vplane.platform.clusters.wiring import ConnectedClusters, with_platform_kind
 from vplane.platform.controllers import ProjectController, VirtualClusterController
 from vplane.platform.identity import AccessKeyIndex
 from vplane.platform.proxyaccess import ProxyTargetAccess
@@ -393,16 +402,22 @@ def _mesh_ca(directory: Path) -> tls.CertPair:
     return pair
 
 
-def _visible_peers(node: NodeInfo, candidates: Any) -> list[NodeInfo]:
+def _peer_groups(node: NodeInfo) -> Groups:
     """Tenant control planes see every tenant control plane (which targets a tenant may use is checked by
     platform RBAC when it registers a proxy target); agents see no one (they only talk to the platform); the
-    platform's own node sees every agent (it reaches their tunnels)."""
-    platform = visible_to_platform(node, candidates)
-    if platform is not None:
-        return platform
-    if node.kind != "vcluster":
-        return []
-    return [c for c in candidates if c.kind == "vcluster"]
+    platform's own node sees every agent (it reaches their tunnels) and is seen by no one."""
+    if node.kind == PLATFORM_KIND:
+        return Groups(sees=AGENTS)
+    if node.kind == "vcluster":
+        return Groups(TENANTS, TENANTS)
+    if node.kind == "agent":
+        return Groups(member_of=AGENTS)
+    return NO_GROUPS
+
+
+AGENTS = frozenset({"agent"})
+TENANTS = frozenset({"vcluster"})
+_visible_peers = GroupVisibility(_peer_groups)
 
 
 def _network_peer(node: NodeInfo) -> Obj:
