@@ -48,6 +48,8 @@ on the platform, ``LOFT_LOG_TSNET_AGENT`` on nodes.
 from vplane.mesh.coordinator import (
     AuthenticationError,
     Coordinator,
+    Groups,
+    GroupVisibility,
     NodeChange,
     NodeIdentity,
     NodeInfo,
@@ -80,6 +82,8 @@ __all__ = [
     "DialError",
     "Dialer",
     "DirectListener",
+    "GroupVisibility",
+    "Groups",
     "MeshConnector",
     "MeshError",
     "MeshSettings",

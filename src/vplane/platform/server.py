@@ -25,21 +25,32 @@ from vplane.controllers.scheduler.settings import SchedulerSettings
 from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import API_VERSION, GROUP, KeyRejected
 from vplane.kube.objects import Obj
-from vplane.mesh.coordinator import AuthenticationError, Coordinator, NodeChange, NodeIdentity, NodeInfo
+from vplane.mesh.coordinator import (
+    NO_GROUPS,
+    AuthenticationError,
+    Coordinator,
+    Groups,
+    GroupVisibility,
+    NodeChange,
+    NodeIdentity,
+    NodeInfo,
+)
 from vplane.mesh.settings import MeshSettings
-from vplane.platform import kinds
+from vplane.platform import kinds, replicas
 from vplane.platform.admission import PlatformAdmission
 from vplane.platform.clusters.localclient import PLATFORM_KIND
-from vplane.platform.clusters.wiring import ConnectedClusters, visible_to_platform, with_platform_kind
+from vplane.platform.clusters.wiring import ConnectedClusters, with_platform_kind
 from vplane.platform.controllers import ProjectController, VirtualClusterController
 from vplane.platform.identity import AccessKeyIndex
 from vplane.platform.placement import HostNode, HostNodeFactory, TenantPlacement
 from vplane.platform.proxyaccess import ProxyTargetAccess
+from vplane.platform.replicas import Replicas
 from vplane.platform.settings import PlatformSettings
 from vplane.platform.tenantpods import TenantPods
 from vplane.platform.tenantproxy import PREFIX, TenantProxy
 from vplane.platform.tenants import TenantSupervisor
 from vplane.support import tls
+from vplane.support.files import private_dir
 from vplane.support.tasks import cancel_and_wait
 
 log = structlog.get_logger("vplane.platform")
@@ -62,11 +73,17 @@ class Platform:
         self.host_node: HostNode | None = None
         self._host_parts: list[ManagedRun | ManagedScheduler] = []
         self.data_dir = settings.data_dir
+        self.shared_dir = settings.shared_dir or settings.data_dir
+        """Where the store, the PKI and the mesh CA live: shared by every replica when there are several."""
+        replica: dict[str, object] = {}
+        if settings.shared_dir is not None:
+            replica = {"shared_store": True, "kubeconfig_name": f"kubeconfig-{settings.instance_id}.yaml"}
         api_settings = APIServerSettings.model_validate(
             {
-                "data_dir": self.data_dir / "api",
+                "data_dir": self.shared_dir / "api",
                 "listen_host": settings.listen_host,
                 "listen_port": settings.listen_port,
+                **replica,
                 **settings.apiserver,
             }
         )
@@ -95,6 +112,22 @@ class Platform:
         self.clusters = ConnectedClusters(self.api, self.keys, self.coordinator, settings)
         self.api.public_routes.update(self.clusters.routes())
         self.placement: TenantPlacement | None = None
+        self.replicas = Replicas(
+            self.api,
+            settings.instance_id,
+            local_nodes=self.coordinator.nodes,
+            write_peer=self._record_peer,
+            heartbeat_seconds=settings.replica_heartbeat_seconds,
+            offline_after_seconds=settings.replica_offline_after_seconds,
+            gc_after_seconds=self.coordinator.settings.gc_after_seconds,
+            url=lambda: self.api.url,
+        )
+        # The Cluster loop reads online-ness as every replica sees it, and acts only on the clusters this
+        # replica should (the one holding the agent's tunnel).
+        self.clusters.nodes = self.replicas.nodes
+        self.clusters.reconciles = self.replicas.reconciles
+        self.replicas.on_lost.append(self.clusters.node_changed)
+        self.replicas.on_replicas_changed.append(self.clusters.requeue_all)
         self.tenant_proxy: TenantProxy | None = None
         self.client: KubeClient | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -113,13 +146,22 @@ class Platform:
 
     @property
     def ca_path(self) -> Path:
-        return self.data_dir / "api" / "pki" / "ca.crt"
+        return self.shared_dir / "api" / "pki" / "ca.crt"
 
     async def start(self) -> None:
-        await self.api.start()
-        self.keys.load()
-        await self._bootstrap()
+        if self.settings.shared_dir is not None:
+            # Replicas starting together take turns: the first creates the PKI, tokens, mesh CA and bootstrap
+            # objects, the next read them (its store catches up on the first one's rows when it opens).
+            await asyncio.to_thread(private_dir, self.shared_dir)
+            lock = await asyncio.to_thread(replicas.startup_lock, self.shared_dir)
+            try:
+                mesh_ca = await self._start_store()
+            finally:
+                lock.release()
+        else:
+            mesh_ca = await self._start_store()
         await self.coordinator.start()
+        await self.replicas.start()
         assert self.api.ca is not None
         write_kubeconfig(
             self.management_kubeconfig,
@@ -130,33 +172,33 @@ class Platform:
         )
         self.client = KubeClient.from_kubeconfig(self.management_kubeconfig, field_manager="vplane-platform")
         await self.clusters.start(self.client, self.management_kubeconfig)
-        mesh_ca = await asyncio.to_thread(_mesh_ca, self.data_dir / "mesh")
-        placement: TenantPlacement
-        if self.settings.tenant_placement == "pods":
-            await self._start_host_cluster()
-            pods = TenantPods(self.settings, self.client, self.url, self.ca_path, mesh_ca)
-            await pods.start()
-            placement = pods
-        else:
-            placement = TenantSupervisor(self.settings, self.url, self.ca_path, mesh_ca)
-        self.placement = placement
-        self.tenant_proxy = TenantProxy(
-            placement.get,
-            lambda ns, name: placement.directory(ns, name) / "pki" / "ca.crt",
-            self.settings.project_namespace_prefix,
-            self.api.authenticate,
-            self.settings.tenant_upgrade_timeout_seconds,
-        )
-        self.api.public_routes[PREFIX] = self._relay
         projects = ProjectController(self.client, self.settings)
-        vcis = VirtualClusterController(
-            self.client, self.settings, placement, self.keys.ensure_vci_key, self.keys.revoke_vci_keys
-        )
-        self._tasks += [
-            asyncio.create_task(projects.controller.run()),
-            asyncio.create_task(vcis.controller.run()),
-            asyncio.create_task(vcis.watch_placement()),
-        ]
+        self._tasks.append(asyncio.create_task(projects.controller.run()))
+        if self.settings.tenant_controllers:
+            placement: TenantPlacement
+            if self.settings.tenant_placement == "pods":
+                await self._start_host_cluster()
+                pods = TenantPods(self.settings, self.client, self.url, self.ca_path, mesh_ca)
+                await pods.start()
+                placement = pods
+            else:
+                placement = TenantSupervisor(self.settings, self.url, self.ca_path, mesh_ca)
+            self.placement = placement
+            self.tenant_proxy = TenantProxy(
+                placement.get,
+                lambda ns, name: placement.directory(ns, name) / "pki" / "ca.crt",
+                self.settings.project_namespace_prefix,
+                self.api.authenticate,
+                self.settings.tenant_upgrade_timeout_seconds,
+            )
+            self.api.public_routes[PREFIX] = self._relay
+            vcis = VirtualClusterController(
+                self.client, self.settings, placement, self.keys.ensure_vci_key, self.keys.revoke_vci_keys
+            )
+            self._tasks += [
+                asyncio.create_task(vcis.controller.run()),
+                asyncio.create_task(vcis.watch_placement()),
+            ]
         log.info(
             "platform serving",
             url=self.url,
@@ -188,6 +230,13 @@ class Platform:
         await self.host_node.start()
         log.info("platform cluster node running", kubeconfig=str(self.management_kubeconfig))
 
+    async def _start_store(self) -> tls.CertPair:
+        """The API server on its store, the access-key index, the platform's own objects, the mesh CA."""
+        await self.api.start()
+        self.keys.load()
+        await self._bootstrap()
+        return await asyncio.to_thread(_mesh_ca, self.shared_dir / "mesh")
+
     async def _relay(self, request: web.Request) -> web.StreamResponse:
         assert self.tenant_proxy is not None
         task = asyncio.current_task()
@@ -218,6 +267,7 @@ class Platform:
         for part in reversed(self._host_parts):
             await part.stop()
         await self.coordinator.close()
+        await self.replicas.stop()
         if self.client is not None:
             await self.client.close()
         await self.api.stop()
@@ -333,33 +383,46 @@ class Platform:
         return NodeIdentity(identity.user, kind, labels)
 
     async def _on_node_change(self, change: NodeChange) -> None:
-        """Mirror each mesh node as a NetworkPeer (online, lastSeen, owning platform instance)."""
-        api = self.api
-        rtype = api.registry.get(GROUP, "v1", "networkpeers")
-        assert rtype is not None
+        """Mirror each mesh node as a NetworkPeer (online, lastSeen, the replica holding its session)."""
         node = change.node
         self.clusters.node_changed(node)
         if node.kind == PLATFORM_KIND:
             return  # the platform's own node (how it reaches agent tunnels) is no peer to list
+        await self._record_peer(node, change.type)
+
+    async def _record_peer(self, node: NodeInfo, change: str = "online") -> None:
+        """Write the node's NetworkPeer as this replica's coordinator sees it. A session that ended or a node
+        forgotten here never overwrites a peer another replica holds now (the agent moved there)."""
+        api = self.api
+        rtype = api.registry.get(GROUP, "v1", "networkpeers")
+        assert rtype is not None
         ctx = api.system_context()
-        if change.type == "removed":
-            with contextlib.suppress(errors.StatusError):
-                await api.objects.delete(ctx, rtype, "", node.id, DeleteOptions("Background"))
+        current = api.objects.get(rtype, "", node.id)
+        taken = current is not None and replicas.peer_state(current).holder != node.coordinator_id
+        if change in ("offline", "removed") and taken:
+            return
+        if change == "removed":
+            if current is not None:
+                with contextlib.suppress(errors.StatusError):  # changed meanwhile: kept
+                    options = DeleteOptions(
+                        "Background", None, "", str(current["metadata"]["resourceVersion"])
+                    )
+                    await api.objects.delete(ctx, rtype, "", node.id, options)
             return
         desired = _network_peer(node)
-        current = api.objects.get(rtype, "", node.id)
         try:
             if current is None:
-                created = await api.objects.create(
+                current = await api.objects.create(
                     ctx, rtype, "", {k: v for k, v in desired.items() if k != "status"}
                 )
-                current = created
             elif (
                 current.get("spec") != desired["spec"]
                 or (current["metadata"].get("annotations") or {}) != desired["metadata"]["annotations"]
             ):
 
                 def mutate(obj: Obj) -> Obj:
+                    if not node.online and replicas.peer_state(obj).holder != node.coordinator_id:
+                        return obj
                     obj["spec"] = desired["spec"]
                     obj["metadata"]["annotations"] = desired["metadata"]["annotations"]
                     obj["metadata"]["labels"] = desired["metadata"]["labels"]
@@ -369,6 +432,8 @@ class Platform:
             if (current.get("status") or {}) != desired["status"]:
 
                 def set_status(obj: Obj) -> Obj:
+                    if not node.online and replicas.peer_state(obj).holder != node.coordinator_id:
+                        return obj  # taken by another replica between our read and this write
                     obj["status"] = desired["status"]
                     return obj
 
@@ -386,26 +451,27 @@ def _mesh_ca(directory: Path) -> tls.CertPair:
     return pair
 
 
-def _visible_peers(node: NodeInfo, candidates: Any) -> list[NodeInfo]:
+def _peer_groups(node: NodeInfo) -> Groups:
     """Tenant control planes see every tenant control plane (which targets a tenant may use is checked by
     platform RBAC when it registers a proxy target); agents see no one (they only talk to the platform); the
-    platform's own node sees every agent (it reaches their tunnels)."""
-    platform = visible_to_platform(node, candidates)
-    if platform is not None:
-        return platform
-    if node.kind != "vcluster":
-        return []
-    return [c for c in candidates if c.kind == "vcluster"]
+    platform's own node sees every agent (it reaches their tunnels) and is seen by no one."""
+    if node.kind == PLATFORM_KIND:
+        return Groups(sees=AGENTS)
+    if node.kind == "vcluster":
+        return Groups(TENANTS, TENANTS)
+    if node.kind == "agent":
+        return Groups(member_of=AGENTS)
+    return NO_GROUPS
+
+
+AGENTS = frozenset({"agent"})
+TENANTS = frozenset({"vcluster"})
+_visible_peers = GroupVisibility(_peer_groups)
 
 
 def _network_peer(node: NodeInfo) -> Obj:
-    annotations = {
-        "loft.sh/network-peer-type": "vplane-mesh",
-        "loft.sh/coordinator-instance-id": node.coordinator_id,
-    }
+    annotations = replicas.peer_annotations(node)
     labels = {k: v for k, v in node.labels.items() if "/" in k}
-    if node.kind == "agent":
-        annotations["loft.sh/cluster-name"] = node.identity.removeprefix("loft:cluster:")
     status: Obj = {"online": node.online}
     if not node.online:
         status["lastSeen"] = timeutil.rfc3339(node.last_seen)

@@ -128,3 +128,19 @@ class PlatformSettings(BaseModel):
     tenant_namespace_delete_timeout_seconds: float = Field(default=60.0, gt=0)
     """With ``pods``: deleting a VirtualClusterInstance waits this long for namespace ``vcluster-<name>`` (its
     pods stopped) to be gone before its data is removed; after that the deletion is retried."""
+
+    # -- issue 11 item 4: platform replicas (vplane.platform.replicas) -----------------------------------
+    shared_dir: Path | None = None
+    """Run as one replica of a platform whose replicas share this directory: the store (SQLite in shared
+    mode), the API server's PKI and tokens, and the mesh CA live there; ``data_dir`` keeps what is this
+    process's own (its lock, kubeconfigs, helm state). None: everything is in ``data_dir`` (one replica)."""
+    replica_heartbeat_seconds: float = Field(default=10.0, gt=0)
+    """Each replica renews its Lease (``kube-system/vplane-platform-<instance_id>``) this often, and as
+    often checks the other replicas' Leases and the sessions they hold."""
+    replica_offline_after_seconds: float = Field(default=120.0, gt=0)
+    """A replica whose Lease has not been renewed for this long has stopped reporting: the others mark the
+    agent sessions it held offline (runbook: "stops reporting for about two minutes")."""
+    tenant_controllers: bool = True
+    """Run the VirtualClusterInstance controller and the tenant supervisor here. Tenant control planes are
+    local processes of the replica that runs them, so with several replicas exactly one may run them:
+    set it false on all the others."""

@@ -156,6 +156,9 @@ class ClusterDeps:
     """The platform's own API (for ``spec.local``)."""
     version: str
     data_dir: Path
+    reconciles: Callable[[Sequence[NodeInfo]], bool] = lambda sessions: True
+    """Whether this platform replica reconciles the Cluster with these agent sessions (issue 11 item 4:
+    the one holding its tunnel; ``vplane.platform.replicas``)."""
 
 
 class _ClusterClient:
@@ -219,6 +222,8 @@ class ClusterController:
         if mode is None:
             return None  # admission refuses such a Cluster; nothing to connect
         sessions = agent_sessions(self.deps.nodes(), name)
+        if not self.deps.reconciles(sessions):
+            return self.settings.cluster_resync_seconds  # another replica holds the tunnel: it writes
         online = any(n.online for n in sessions) if spec.get("networkPeer") else None
         outcome, grace_left = await self._pass(name, cluster, mode, sessions)
         await self._write(cluster, outcome, online)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +79,9 @@ class ConnectedClusters:
         self.gateway: Gateway | None = None
         self.controller: ClusterController | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        # Issue 11 item 4 (platform replicas) replaces these two with every replica's view.
+        self.nodes: Callable[[], Sequence[NodeInfo]] = coordinator.nodes
+        self.reconciles: Callable[[Sequence[NodeInfo]], bool] = lambda sessions: True
         api.admission.add(ConnectedClusterLimit(api, settings.connected_cluster_limit))
         api.subresource_handlers[(GROUP, "clusters", "diagnostics")] = self.diagnostics
 
@@ -118,7 +121,8 @@ class ConnectedClusters:
                 settings=settings,
                 local=self.local,
                 gateway=self.gateway,
-                nodes=self.coordinator.nodes,
+                nodes=self.nodes,
+                reconciles=self.reconciles,
                 platform_url=api.url,
                 ca_pem=api.ca.cert_pem,
                 agent_key=self.agent_key,
@@ -133,6 +137,9 @@ class ConnectedClusters:
     def _local_changed(self) -> None:
         if self.controller is not None:
             self.controller.local_client_changed()
+
+    def requeue_all(self) -> None:
+        self._local_changed()
 
     def node_changed(self, node: NodeInfo) -> None:
         if self.controller is not None:
