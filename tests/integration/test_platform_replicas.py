@@ -58,6 +58,23 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 60.0) -> N
         time.sleep(0.2)
 
 
+def install_release(cluster: APIServerProcess, key: str, url: str) -> None:
+    if not HELM.exists():
+        pytest.skip("helm is not installed (scripts/bootstrap installs it)")
+    args = [
+        str(HELM),
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "upgrade",
+        "loft",
+        str(ROOT / "charts" / "vplane-agent"),
+    ]
+    args += ["--install", "--namespace", "vcluster-platform", "--create-namespace", "--set", "replicas=0"]
+    args += ["--set-string", f"token={key}", "--set-string", f"url={url}"]
+    env = {**os.environ, "HELM_CACHE_HOME": str(cluster.data_dir.parent / "helm-cache")}
+    subprocess.run(args, capture_output=True, text=True, check=True, env=env)
+
+
 class Agent:
     """``vplane agent`` with the cluster's kubeconfig, against one replica's URL."""
 
@@ -182,7 +199,11 @@ def test_a_stopped_replica_leaves_its_sessions_offline_and_another_takes_them(
             )
         )
         raw = b.k.run("get", "--raw", "/apis/management.loft.sh/v1/clusters/edge/accesskey").stdout
-        agent = Agent(tmp_path, cluster, shared_ca, json.loads(raw)["accessKey"]).start(a.proc.url)
+        key = json.loads(raw)["accessKey"]
+        # The agent's release, as `vplane platform connect cluster` installs it (without pods: the agent
+        # runs as a process here); a connected agent without one reads InitializeCluster instead.
+        install_release(cluster, key, a.proc.url)
+        agent = Agent(tmp_path, cluster, shared_ca, key).start(a.proc.url)
 
         # Online, through both replicas; a holds the session and reconciles the cluster through it.
         for r in (a, b):
