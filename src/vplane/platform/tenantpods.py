@@ -48,13 +48,16 @@ from vplane.kube.objects import Obj
 from vplane.platform.placement import (
     ACCESS_KEY_FILE,
     CONFIG_FILE,
+    NODE_DIR,
     Replica,
     Tenant,
     TenantSpec,
     mesh_material,
+    reap_node_processes,
     tenant_args,
 )
 from vplane.platform.settings import PlatformSettings
+from vplane.platform.tenantnet import tenant_network
 from vplane.platform.tenants import free_port
 from vplane.support import tls
 from vplane.support.files import private_dir, write_private
@@ -374,6 +377,8 @@ class TenantPods:
                 pass
             write_private(path, content)
         mesh_material(self.mesh_ca, tenant.directory)
+        if tenant.network is None:
+            tenant.network = tenant_network(self.settings, self.root, tenant.directory)
 
     def _port(self, directory: Path) -> int:
         """The tenant's port: the setting, else one chosen once and kept (the process placement's
@@ -401,6 +406,7 @@ class TenantPods:
             listen=f"$(POD_IP):{port}",
             platform_url=self.platform_url,
             platform_ca=f"{data}/{PLATFORM_CA_FILE}",
+            network=tenant.network,
         )
         env = [("PYTHONUNBUFFERED", "1")]
         level = os.environ.get("VPLANE_LOG_LEVEL")
@@ -526,7 +532,11 @@ class TenantPods:
                     f"{self.settings.tenant_namespace_delete_timeout_seconds:g}s"
                 )
             await asyncio.sleep(0.2)
-        await asyncio.to_thread(shutil.rmtree, self.directory(namespace, name), True)
+        directory = self.directory(namespace, name)
+        left = await asyncio.to_thread(reap_node_processes, directory / NODE_DIR)  # issue 10
+        if left:
+            log.warning("killed the pods a removed tenant's node left running", tenant=name, processes=left)
+        await asyncio.to_thread(shutil.rmtree, directory, True)
 
     def begin_shutdown(self) -> None:
         self.closing = True
