@@ -150,3 +150,42 @@ def test_deleting_a_tenant_leaves_no_pod_processes(platform: Platform, tmp_path:
     platform.k.run("delete", "vci", "gone", "-n", "p-default", "--timeout=60s", timeout=70)
     eventually(lambda: node_processes(node_dir) == [], timeout=30)
     assert not node_dir.exists()
+
+
+def test_pods_placement_tenant_runs_its_pods(tmp_path: Path, kubectl_path: str) -> None:
+    """With ``tenant_placement: pods`` the tenant replica is itself a pod of the platform's node; its own node
+    runs the tenant's pods (in the tenant's ranges, apart from the host cluster's), with logs and exec through
+    the tenant path; stopping the platform stops both."""
+    settings = {
+        **FAST,
+        "tenant_node_settings": NODE,
+        "tenant_placement": "pods",
+        "tenant_readiness_period_seconds": 1,
+    }
+    proc = PlatformProcess(tmp_path / "platform", settings).start()
+    tenant_node = proc.tenant_dir("default", "inpods") / "node"
+    try:
+        k = Kubectl(kubectl_path, proc.kubeconfig, tmp_path / "cache")
+        k.apply("apiVersion: management.loft.sh/v1\nkind: Project\nmetadata: {name: default}\n")
+        eventually(lambda: k.run("get", "namespace", "p-default", check=False).code == 0)
+        p = Platform(proc, k, tmp_path / "home")
+        k.apply(vci_manifest("inpods"))
+        wait_ready(k, "inpods")
+        replica = k.run(
+            "get", "pods", "-n", "vcluster-inpods", "-o", "jsonpath={.items[0].status.podIP}"
+        ).stdout
+        tk = tenant(p, "inpods", tmp_path)
+        pod = deploy(tk, "web", "echo hello-from-pods-placement; exec sleep 3600")
+        name = pod["metadata"]["name"]
+        assert pod["spec"]["nodeName"] == "inpods-node"
+        network = json.loads((proc.tenant_dir("default", "inpods") / "network.json").read_text())
+        assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(network["podCIDR"])
+        assert ipaddress.ip_address(replica) not in ipaddress.ip_network(network["podCIDR"])
+        eventually(lambda: "hello-from-pods-placement" in tk.run("logs", name).stdout)
+        assert tk.run("exec", name, "--", "echo", "exec-ok").stdout.strip() == "exec-ok"
+        assert any(cmd.startswith("sleep") for _, cmd in node_processes(tenant_node))
+    finally:
+        proc.stop()
+        left = node_processes(tenant_node) + node_processes(proc.data_dir / "node")
+        proc.kill_tenants()
+    assert left == [], f"stopping the platform leaves pods running: {left}"
