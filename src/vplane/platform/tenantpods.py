@@ -132,6 +132,12 @@ class PodParams:
     env: tuple[tuple[str, str], ...] = ()
     readiness_period_seconds: int = 2
     termination_grace_seconds: int = 10
+    liveness_initial_delay_seconds: int = 60
+    liveness_period_seconds: int = 2
+    liveness_failure_threshold: int = 60
+    """The liveness probe (``GET /livez``) of upstream's chart: a replica whose server stops answering for
+    two minutes, after a minute to start, is restarted. Generous on purpose: a replica busy catching up with
+    its store must not be killed for being slow."""
 
 
 def config_checksum(spec: TenantSpec) -> str:
@@ -190,6 +196,13 @@ def manifests(spec: TenantSpec, params: PodParams) -> tuple[Obj, list[Obj]]:
             "periodSeconds": params.readiness_period_seconds,
             "timeoutSeconds": 3,
             "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/livez", "port": PORT_NAME, "scheme": "HTTPS"},
+            "initialDelaySeconds": params.liveness_initial_delay_seconds,
+            "periodSeconds": params.liveness_period_seconds,
+            "timeoutSeconds": 3,
+            "failureThreshold": params.liveness_failure_threshold,
         },
         "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}],
     }
