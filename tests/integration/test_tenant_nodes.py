@@ -37,7 +37,7 @@ NODE = json.dumps(
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory, kubectl_path: str) -> Iterator[Platform]:
     tmp = tmp_path_factory.mktemp("tenantnodes")
-    fast_nodes = {**FAST, "tenant_node_settings": NODE}
+    fast_nodes = {**FAST, "tenant_node": True, "tenant_node_settings": NODE}
     proc = PlatformProcess(tmp / "platform", fast_nodes).start()
     k = Kubectl(kubectl_path, proc.kubeconfig, tmp / "cache")
     k.apply("apiVersion: management.loft.sh/v1\nkind: Project\nmetadata: {name: default}\n")
@@ -158,6 +158,7 @@ def test_pods_placement_tenant_runs_its_pods(tmp_path: Path, kubectl_path: str) 
     the tenant path; stopping the platform stops both."""
     settings = {
         **FAST,
+        "tenant_node": True,
         "tenant_node_settings": NODE,
         "tenant_placement": "pods",
         "tenant_readiness_period_seconds": 1,
