@@ -293,6 +293,8 @@ class PlatformProcess(ServerProcess):
             except (ProcessLookupError, ValueError):
                 pass
         kill_node_processes(self.data_dir / "node")
+        for tenant_node in (self.data_dir / "tenants").glob("*/*/node"):
+            kill_node_processes(tenant_node)  # each tenant's own pods (issue 10: tenant nodes)
 
 
 class UpProcess:

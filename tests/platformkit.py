@@ -23,6 +23,9 @@ FAST = {
     "tenant_mesh": '{"heartbeat_interval_seconds": 0.5, "reconnect_backoff_min_seconds": 0.2,'
     ' "reconnect_backoff_max_seconds": 1.0, "dial_timeout_seconds": 2}',
     "tenant_restart_backoff_seconds": 0.2,
+    # Tenants run no node (their pods stay Pending) unless a test needs one: a runtime per tenant costs CPU
+    # (tests/integration/test_tenant_nodes.py turns it on).
+    "tenant_node": False,
 }
 TWO_REPLICAS = "controlPlane:\n  statefulSet:\n    highAvailability:\n      replicas: 2\n"
 

@@ -487,7 +487,8 @@ spec: {type: VirtualCluster, subject: "loft:vcluster:p-default:peer-probe", key:
 def test_a_tenant_cluster_runs_its_controllers_and_scheduler(platform: Platform, tmp_path: Path) -> None:
     """The leader replica runs the controller manager and the scheduler, as a standard cluster does: a
     Deployment makes a ReplicaSet and pods, a ServiceAccount `default` appears in a new namespace, and
-    with no node to run on the pods stay Pending with the scheduler's reason."""
+    with no node to run on (``tenant_node`` off, as the tests' platforms have it) the pods stay Pending with
+    the scheduler's reason."""
     tk = platform.tenant_kubectl("target", None, tmp_path)
     tk.run("create", "namespace", "work")
     eventually(lambda: tk.run("get", "serviceaccount", "default", "-n", "work", check=False).code == 0)

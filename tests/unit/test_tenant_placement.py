@@ -186,3 +186,19 @@ def test_ordinals_come_from_the_pod_index_label_or_the_name() -> None:
     assert pod_ordinal({"metadata": {"name": "x-3", "labels": {"apps.kubernetes.io/pod-index": "7"}}}) == 7
     assert pod_ordinal({"metadata": {"name": "my-tenant-12"}}) == 12
     assert pod_ordinal({"metadata": {"name": "nothing"}}) is None
+
+
+def test_the_replica_has_a_sane_liveness_probe() -> None:
+    """Issue 10 item 4: a hung replica is restarted; the probe reads the public, unauthenticated ``/livez``
+    (which answers once the server listens, unlike ``/readyz``, which waits for the mesh) and gives a
+    replica more time to start and to fail than its readiness probe does."""
+    _, objects = manifests(SPEC, params())
+    container = objects[2]["spec"]["template"]["spec"]["containers"][0]
+    live, ready = container["livenessProbe"], container["readinessProbe"]
+    assert live["httpGet"] == {"path": "/livez", "port": "https", "scheme": "HTTPS"}
+    assert live["httpGet"]["port"] in [p["name"] for p in container["ports"]]
+    assert live["initialDelaySeconds"] >= 30
+    assert (
+        live["periodSeconds"] * live["failureThreshold"] > ready["periodSeconds"] * ready["failureThreshold"]
+    )
+    assert live["timeoutSeconds"] < live["periodSeconds"] * live["failureThreshold"]

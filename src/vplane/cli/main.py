@@ -323,6 +323,7 @@ def tenant_start(
     """Run one replica of a tenant control plane."""
     import yaml
 
+    from vplane.cli.tenantnode import tenant_node
     from vplane.tenant.server import TenantServer
     from vplane.tenant.settings import TenantSettings
 
@@ -360,6 +361,8 @@ def tenant_start(
         data_dir, f"replica-{replica}.lock", subject=f"replica {replica} of tenant {name} ({data_dir})"
     ).acquire()
     server = TenantServer(settings)
+    # The tenant's node (issue 10): its proxy serves the ClusterIPs this replica's API server allocates.
+    server.node_factory = tenant_node(settings, server.api.settings.service_cluster_ip_range)
     run_until_signalled(
         server.start,
         server.stop,
@@ -369,6 +372,7 @@ def tenant_start(
         locks=[lock],
         address=lambda: server.url,
         failure=_store_failure(server.api.store),
+        force_stop=server.force_stop,
     )
 
 

@@ -15,12 +15,17 @@ the controller and the tenant path do not know which one runs them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from vplane.platform.settings import PlatformSettings
+from vplane.platform.tenantnet import TenantNetwork
 from vplane.support import tls
 
 CONFIG_FILE = "vcluster.yaml"
@@ -66,6 +71,8 @@ class Tenant:
     directory: Path
     replicas: dict[int, Replica] = field(default_factory=dict)
     failed: str = ""
+    network: TenantNetwork | None = None
+    """The tenant's pod and Service ranges (``vplane.platform.tenantnet``), passed to every replica."""
 
     @property
     def ready_replicas(self) -> int:
@@ -139,6 +146,7 @@ def tenant_args(
     platform_ca: str,
     replicas: int | None = None,
     ready_file: str | None = None,
+    network: TenantNetwork | None = None,
 ) -> list[str]:
     """``tenant start ...``: the arguments of one replica, for a process or a pod (where ``data_dir``,
     ``replica`` and ``listen`` are ``$(VAR)`` references the node runtime expands)."""
@@ -180,6 +188,7 @@ def tenant_args(
         "--set",
         f"token_max_bytes={settings.token_max_bytes}",
     ]
+    args += node_args(settings, network)
     for name, value in settings.tenant_apiserver.items():
         args += ["--apiserver-set", f"{name}={value}"]
     for name, value in settings.tenant_mesh.items():
@@ -187,3 +196,61 @@ def tenant_args(
     for name, value in settings.tenant_proxy.items():
         args += ["--proxy-set", f"{name}={value}"]
     return args
+
+
+# -- issue 10 (tenant nodes) ---------------------------------------------------------------------------
+
+NODE_DIR = "node"
+"""The tenant node's data directory in the tenant's directory (``TenantSettings.node_data_dir``)."""
+
+
+def node_args(settings: PlatformSettings, network: TenantNetwork | None) -> list[str]:
+    """The tenant node's part of a replica's arguments: on or off, its settings (it stops its pods within half
+    the time the platform gives a replica to stop, so they are stopped before the replica could be killed),
+    and the tenant's ranges (the Service range before ``tenant_apiserver``, which may override it: the node
+    takes whatever its API server uses)."""
+    if not settings.tenant_node:
+        return ["--set", "node_enabled=false"]
+    node = {
+        "stop_grace_period_seconds": settings.tenant_stop_timeout_seconds / 2,
+        **settings.tenant_node_settings,
+    }
+    args = ["--set", f"node={json.dumps(node, separators=(',', ':'))}"]
+    if network is not None:
+        args += [
+            "--set",
+            f"node_pod_cidr={network.pod_cidr}",
+            "--apiserver-set",
+            f"service_cluster_ip_range={network.service_cidr}",
+        ]
+    return args
+
+
+def node_processes(node_dir: Path) -> list[int]:
+    """Processes of a tenant node's pods that are alive: their environment names the node's directory
+    (``VPLANE_NODE_ROOT``, set by the runtime) or, for shims, their command line does."""
+    marker = f"VPLANE_NODE_ROOT={node_dir}".encode()
+    needle = f"{node_dir}/".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and (marker in environ.split(b"\0") or needle in cmdline):
+            found.append(int(entry.name))
+    return found
+
+
+def reap_node_processes(node_dir: Path) -> int:
+    """SIGKILL what a tenant's node left running once its replicas are gone (a replica killed before its
+    node stopped its pods): nothing of a deleted tenant may outlive it. Returns how many were found."""
+    found = node_processes(node_dir)
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return len(found)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vplane import __version__
+
+HOST_POD_CIDR = "127.10.0.0/16"
+"""The node runtime's default ``pod_cidr`` (``RuntimeSettings``; the platform does not import the runtime, a
+unit test checks they agree): the host cluster's pods, which tenants' ranges must not overlap."""
+LOOPBACK_RESERVED = "127.0.0.0/16"
+"""127.0.0.1 and its neighbours: every server on the machine listens here; no tenant range may hold them."""
 
 
 class PlatformSettings(BaseModel):
@@ -144,3 +151,46 @@ class PlatformSettings(BaseModel):
     """Run the VirtualClusterInstance controller and the tenant supervisor here. Tenant control planes are
     local processes of the replica that runs them, so with several replicas exactly one may run them:
     set it false on all the others."""
+
+    # -- issue 10 (tenant nodes): each tenant's pods run on a node of its own, in ranges of its own ------------
+    tenant_node: bool = True
+    """Each tenant cluster runs a node (its leader replica runs a node runtime), so its pods are scheduled and
+    run as local processes, as in any cluster. Off: tenants have no node and their pods stay Pending (tests
+    that need no pods save the CPU)."""
+    tenant_node_settings: dict[str, object] = Field(default_factory=dict)
+    """Overrides for every tenant node's RuntimeSettings (intervals, back-offs, ...)."""
+    tenant_pod_cidr_pool: str = "127.16.0.0/12"
+    tenant_pod_cidr_prefix: int = Field(default=20, ge=8, le=30)
+    """Each tenant's pods get a ``/tenant_pod_cidr_prefix`` of this pool (4096 addresses by default), chosen
+    once and recorded in its directory (``network.json``)."""
+    tenant_service_cidr_pool: str = "127.112.0.0/12"
+    tenant_service_cidr_prefix: int = Field(default=20, ge=12, le=30)
+    """Each tenant's Services get their ClusterIPs from a ``/tenant_service_cidr_prefix`` of this pool (the
+    tenant API server's ``service_cluster_ip_range``, which its node's proxy serves), in the same slot as its
+    pod range."""
+
+    @model_validator(mode="after")
+    def _tenant_ranges(self) -> Self:
+        loopback = ipaddress.IPv4Network("127.0.0.0/8")
+        pods = ipaddress.IPv4Network(self.tenant_pod_cidr_pool)
+        services = ipaddress.IPv4Network(self.tenant_service_cidr_pool)
+        host_services = str(self.apiserver.get("service_cluster_ip_range") or "127.96.0.0/16")
+        reserved = {
+            "127.0.0.0/16 (the machine's servers)": LOOPBACK_RESERVED,
+            "the host cluster's pod range": str(self.host_node.get("pod_cidr") or HOST_POD_CIDR),
+            "the host cluster's Service range": host_services,
+        }
+        for field, pool, prefix in (
+            ("tenant_pod_cidr_pool", pods, self.tenant_pod_cidr_prefix),
+            ("tenant_service_cidr_pool", services, self.tenant_service_cidr_prefix),
+        ):
+            if not pool.subnet_of(loopback):
+                raise ValueError(f"{field}: {pool} is not a range of 127.0.0.0/8")
+            if prefix < pool.prefixlen:
+                raise ValueError(f"{field}: a /{prefix} per tenant does not fit in {pool}")
+            for what, other in reserved.items():
+                if pool.overlaps(ipaddress.ip_network(other, strict=False)):
+                    raise ValueError(f"{field}: {pool} overlaps {what} ({other})")
+        if pods.overlaps(services):
+            raise ValueError(f"tenant_pod_cidr_pool {pods} overlaps tenant_service_cidr_pool {services}")
+        return self

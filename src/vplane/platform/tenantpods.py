@@ -48,13 +48,16 @@ from vplane.kube.objects import Obj
 from vplane.platform.placement import (
     ACCESS_KEY_FILE,
     CONFIG_FILE,
+    NODE_DIR,
     Replica,
     Tenant,
     TenantSpec,
     mesh_material,
+    reap_node_processes,
     tenant_args,
 )
 from vplane.platform.settings import PlatformSettings
+from vplane.platform.tenantnet import tenant_network
 from vplane.platform.tenants import free_port
 from vplane.support import tls
 from vplane.support.files import private_dir, write_private
@@ -129,6 +132,12 @@ class PodParams:
     env: tuple[tuple[str, str], ...] = ()
     readiness_period_seconds: int = 2
     termination_grace_seconds: int = 10
+    liveness_initial_delay_seconds: int = 60
+    liveness_period_seconds: int = 2
+    liveness_failure_threshold: int = 60
+    """The liveness probe (``GET /livez``) of upstream's chart: a replica whose server stops answering for
+    two minutes, after a minute to start, is restarted. Generous on purpose: a replica busy catching up with
+    its store must not be killed for being slow."""
 
 
 def config_checksum(spec: TenantSpec) -> str:
@@ -187,6 +196,13 @@ def manifests(spec: TenantSpec, params: PodParams) -> tuple[Obj, list[Obj]]:
             "periodSeconds": params.readiness_period_seconds,
             "timeoutSeconds": 3,
             "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/livez", "port": PORT_NAME, "scheme": "HTTPS"},
+            "initialDelaySeconds": params.liveness_initial_delay_seconds,
+            "periodSeconds": params.liveness_period_seconds,
+            "timeoutSeconds": 3,
+            "failureThreshold": params.liveness_failure_threshold,
         },
         "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}],
     }
@@ -374,6 +390,8 @@ class TenantPods:
                 pass
             write_private(path, content)
         mesh_material(self.mesh_ca, tenant.directory)
+        if tenant.network is None:
+            tenant.network = tenant_network(self.settings, self.root, tenant.directory)
 
     def _port(self, directory: Path) -> int:
         """The tenant's port: the setting, else one chosen once and kept (the process placement's
@@ -401,6 +419,7 @@ class TenantPods:
             listen=f"$(POD_IP):{port}",
             platform_url=self.platform_url,
             platform_ca=f"{data}/{PLATFORM_CA_FILE}",
+            network=tenant.network,
         )
         env = [("PYTHONUNBUFFERED", "1")]
         level = os.environ.get("VPLANE_LOG_LEVEL")
@@ -526,7 +545,11 @@ class TenantPods:
                     f"{self.settings.tenant_namespace_delete_timeout_seconds:g}s"
                 )
             await asyncio.sleep(0.2)
-        await asyncio.to_thread(shutil.rmtree, self.directory(namespace, name), True)
+        directory = self.directory(namespace, name)
+        left = await asyncio.to_thread(reap_node_processes, directory / NODE_DIR)  # issue 10
+        if left:
+            log.warning("killed the pods a removed tenant's node left running", tenant=name, processes=left)
+        await asyncio.to_thread(shutil.rmtree, directory, True)
 
     def begin_shutdown(self) -> None:
         self.closing = True

@@ -22,13 +22,16 @@ import structlog
 
 from vplane.platform.placement import (
     CONFIG_FILE,
+    NODE_DIR,
     Replica,
     Tenant,
     TenantSpec,
     mesh_material,
+    reap_node_processes,
     tenant_args,
 )
 from vplane.platform.settings import PlatformSettings
+from vplane.platform.tenantnet import tenant_network
 from vplane.support import tls
 from vplane.support.files import private_dir, write_private
 
@@ -93,6 +96,7 @@ class TenantSupervisor:
             write_private(tenant.directory / "access-key", spec.access_key)
             write_private(tenant.directory / CONFIG_FILE, spec.values)
             mesh_material(self.mesh_ca, tenant.directory)
+            tenant.network = tenant_network(self.settings, self.root, tenant.directory)  # issue 10
             self.tenants[spec.key] = tenant
         tenant.spec = spec
         ports = self._ports(tenant, spec.replicas)
@@ -217,6 +221,7 @@ class TenantSupervisor:
             platform_url=self.platform_url,
             platform_ca=str(self.platform_ca),
             ready_file=str(ready_file),
+            network=tenant.network,
         )
         return [sys.executable, "-m", "vplane.cli.main", *args]
 
@@ -254,6 +259,9 @@ class TenantSupervisor:
         if tenant is not None:
             await self._stop_all(tenant)
         directory = self.directory(namespace, name)
+        left = await asyncio.to_thread(reap_node_processes, directory / NODE_DIR)  # issue 10
+        if left:
+            log.warning("killed the pods a removed tenant's node left running", tenant=name, processes=left)
         await asyncio.to_thread(shutil.rmtree, directory, True)
 
     def begin_shutdown(self) -> None:

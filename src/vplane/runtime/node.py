@@ -293,17 +293,27 @@ class NodeRuntime:
             pods=len(self.workers),
         )
 
-    async def stop(self) -> None:
+    async def stop(self, *, keep_pods: bool = False) -> None:
+        """Stop the node. Its pods' processes are stopped too (they start again when a runtime of this node
+        does), unless ``keep_pods``: then they keep running, as after a killed runtime, for the next runtime
+        of this node (same data directory and node name) to adopt; a tenant's leader that loses its lease
+        hands its node over this way."""
         if self._stopped:
             return
         self._stopped = True
         await cancel_and_wait(self._tasks[1:])  # informers and loops; the event writer goes last
         grace = self.settings.stop_grace_period_seconds
-        if self.workers:
-            log.info("stopping pods", pods=len(self.workers))
-        await asyncio.gather(
-            *(w.stop(grace, write_status=True) for w in list(self.workers.values())), return_exceptions=True
-        )
+        if keep_pods:
+            if self.workers:
+                log.info("leaving pods running for the next runtime of this node", pods=len(self.workers))
+            await asyncio.gather(*(w.detach() for w in list(self.workers.values())), return_exceptions=True)
+        else:
+            if self.workers:
+                log.info("stopping pods", pods=len(self.workers))
+            await asyncio.gather(
+                *(w.stop(grace, write_status=True) for w in list(self.workers.values())),
+                return_exceptions=True,
+            )
         if self.kubelet is not None:
             with contextlib.suppress(Exception):
                 await self.kubelet.stop()

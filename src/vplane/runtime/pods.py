@@ -973,6 +973,17 @@ class PodWorker:
                     self.last_status = None
                     await self._write_status()
 
+    async def detach(self) -> None:
+        """The runtime is handing its pods over to another runtime of this node (a tenant's new leader): stop
+        watching them and leave their processes running; the next runtime adopts them from their shims."""
+        self.stopping = True
+        tasks = [t for running in self.running.values() for t in running.tasks]
+        if self.task is not None:
+            tasks.append(self.task)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def kill_now(self) -> None:
         """SIGKILL every process of the pod (a second Ctrl-C: nothing is waited for)."""
         for running in self.running.values():

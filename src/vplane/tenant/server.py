@@ -11,6 +11,9 @@ import asyncio
 import contextlib
 import socket
 import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
 
 import structlog
 from aiohttp import web
@@ -52,9 +55,30 @@ def _own_address(settings: TenantSettings) -> dict[str, object]:
     }
 
 
+class TenantNode(Protocol):
+    """The tenant's node (``vplane.runtime.NodeRuntime`` behind a lock on its data directory, made by the CLI:
+    the tenant layer does not import the runtime)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self, *, keep_pods: bool = False) -> None: ...
+
+    def force_stop(self) -> None: ...
+
+
+TenantNodeFactory = Callable[[Path, tls.CertPair], TenantNode]
+"""Makes the tenant's node from this replica's admin kubeconfig and the tenant's cluster CA (which signs the
+kubelet's serving certificate)."""
+
+
 class TenantServer:
     def __init__(self, settings: TenantSettings) -> None:
         self.settings = settings
+        self.node_factory: TenantNodeFactory | None = None
+        """Makes the tenant's node, run while this replica leads (set by the CLI, which knows the runtime;
+        None or ``node_enabled`` off: no node, pods stay Pending)."""
+        self._node: TenantNode | None = None
+        self._stopping = False
         overrides = dict(settings.apiserver)
         api_settings = APIServerSettings.model_validate(
             {
@@ -301,6 +325,8 @@ class TenantServer:
                 )
                 started.append(scheduler)
                 await scheduler.start()
+            if self.node_factory is not None and self.settings.node_enabled:
+                tasks.append(asyncio.create_task(self._run_node()))
             if self.proxy is not None and self.client is not None:
                 await self.proxy.register_forever(self.client)
             await asyncio.Event().wait()
@@ -309,7 +335,38 @@ class TenantServer:
             for part in reversed(started):
                 await part.stop()
 
+    async def _run_node(self) -> None:
+        """The tenant's node, while this replica leads. One Node per tenant, whichever replica leads: its name
+        and data directory are the tenant's, so a new leader's runtime adopts the pods the previous one left
+        (its shims keep them running). Leadership lost: the node is handed over with its pods running. This
+        replica stopping: its pods are stopped (a stopped tenant runs nothing; they start again with it)."""
+        assert self.node_factory is not None and self.api.ca is not None
+        node: TenantNode | None = None
+        try:
+            while True:
+                node = self._node = self.node_factory(self.api.kubeconfig_path, self.api.ca)
+                try:
+                    await node.start()
+                    break
+                except Exception:
+                    log.exception("the tenant's node did not start; retrying", tenant=self.settings.name)
+                    await node.stop(keep_pods=True)
+                    node = self._node = None
+                    await asyncio.sleep(self.settings.node_start_retry_seconds)
+            log.info("tenant node running", tenant=self.settings.name, node=self.settings.node_display_name)
+            await asyncio.Event().wait()
+        finally:
+            if node is not None:
+                await node.stop(keep_pods=not self._stopping)
+            self._node = None
+
+    def force_stop(self) -> None:
+        """A second Ctrl-C: kill the node's pods at once."""
+        if self._node is not None:
+            self._node.force_stop()
+
     async def stop(self) -> None:
+        self._stopping = True  # the node, if this replica leads, stops its pods rather than handing them over
         await cancel_and_wait(self._tasks)
         if self.proxy is not None:
             await self.proxy.stop()

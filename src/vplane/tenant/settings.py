@@ -55,6 +55,34 @@ class TenantSettings(BaseModel):
     """A replica on a pod IP waits this long at start for the mesh certificate the platform issues for its
     address (``mesh-<replica>.crt``); without one peers reach it through the relay."""
 
+    # -- issue 10 (tenant nodes): the tenant's pods run on a node of its own ------------------------------
+    node_enabled: bool = True
+    """Run the tenant's node: the leader replica runs a node runtime (node ``node_name``, data under
+    ``<data dir>/node``) on which the tenant's pods are scheduled and run as local processes. Off: pods stay
+    Pending, as in a cluster without nodes (saves a process's worth of CPU per tenant)."""
+    node_name: str = ""
+    """The tenant node's name; default ``<tenant name>-node``. Stable, so every leader runs the same Node and
+    adopts the pods the previous one left running."""
+    node_pod_cidr: str = ""
+    """The tenant's pod IP range (a range of 127.0.0.0/8 the platform assigns each tenant, so two clusters'
+    pods on this machine do not share addresses); default: the runtime's. The Service range is the API
+    server's ``service_cluster_ip_range``, which the platform sets as well."""
+    node: dict[str, object] = Field(default_factory=dict)
+    """Overrides for the tenant node's RuntimeSettings (intervals, back-offs, ...)."""
+    node_start_retry_seconds: float = Field(default=5.0, gt=0)
+    """A leader whose node did not start (its API not answering yet, ...) tries again after this long."""
+    node_lock_poll_seconds: float = Field(default=0.2, gt=0)
+    """A new leader waits for the previous leader's runtime to let go of the node's directory (an ``flock``,
+    released when that runtime stops or its process ends), looking this often."""
+
+    @property
+    def node_data_dir(self) -> Path:
+        return self.data_dir / "node"
+
+    @property
+    def node_display_name(self) -> str:
+        return self.node_name or f"{self.name}-node"
+
     @property
     def lease_name(self) -> str:
         return f"vcluster-{self.name}-controller"
