@@ -30,6 +30,7 @@ from vplane.mesh.settings import MeshSettings
 from vplane.platform import kinds
 from vplane.platform.admission import PlatformAdmission
 from vplane.platform.clusters.localclient import PLATFORM_KIND
+from vplane.platform.clusters.tenants import ConnectedTenants, ControllerAccess, MeshTenantProxy
 from vplane.platform.clusters.wiring import ConnectedClusters, visible_to_platform, with_platform_kind
 from vplane.platform.controllers import ProjectController, VirtualClusterController
 from vplane.platform.identity import AccessKeyIndex
@@ -140,17 +141,41 @@ class Platform:
         else:
             placement = TenantSupervisor(self.settings, self.url, self.ca_path, mesh_ca)
         self.placement = placement
-        self.tenant_proxy = TenantProxy(
-            placement.get,
+        # Issue 11 item 6: tenants whose spec.clusterRef.cluster names a connected cluster run there.
+        assert self.clusters.controller is not None and self.clusters.local is not None
+        cluster_loop = self.clusters.controller
+        connected = ConnectedTenants(
+            self.settings,
+            ControllerAccess(cluster_loop.client_for),
+            self.coordinator.nodes,
+            self.url,
+            self.ca_path,
+            placement.changed,
+        )
+        cluster_loop.informer.add_handlers(
+            on_add=lambda _obj: placement.changed.set(),
+            on_update=lambda _old, _new: placement.changed.set(),
+            on_delete=lambda _obj: placement.changed.set(),
+        )
+        self.tenant_proxy = MeshTenantProxy(
+            lambda ns, name: connected.get(ns, name) or placement.get(ns, name),
             lambda ns, name: placement.directory(ns, name) / "pki" / "ca.crt",
             self.settings.project_namespace_prefix,
             self.api.authenticate,
             self.settings.tenant_upgrade_timeout_seconds,
+            connected=connected,
+            mesh_http=self.clusters.local.http,
         )
         self.api.public_routes[PREFIX] = self._relay
         projects = ProjectController(self.client, self.settings)
         vcis = VirtualClusterController(
-            self.client, self.settings, placement, self.keys.ensure_vci_key, self.keys.revoke_vci_keys
+            self.client,
+            self.settings,
+            placement,
+            self.keys.ensure_vci_key,
+            self.keys.revoke_vci_keys,
+            connected=connected,
+            clusters=cluster_loop.informer.get,
         )
         self._tasks += [
             asyncio.create_task(projects.controller.run()),

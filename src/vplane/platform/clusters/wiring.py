@@ -61,10 +61,11 @@ def with_platform_kind(
 
 
 def visible_to_platform(node: NodeInfo, candidates: Any) -> list[NodeInfo] | None:
-    """The platform's own node sees every agent (to reach their tunnels); None for other nodes."""
+    """The platform's own node sees every agent (to reach their tunnels) and every tenant control plane (to
+    reach tenants on connected clusters, issue 11 item 6); None for other nodes."""
     if node.kind != PLATFORM_KIND:
         return None
-    return [c for c in candidates if c.kind == "agent"]
+    return [c for c in candidates if c.kind in ("agent", "vcluster")]
 
 
 class ConnectedClusters:
