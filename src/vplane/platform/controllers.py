@@ -184,7 +184,10 @@ class VirtualClusterController:
                 tenant = await self.connected.ensure(spec)
             except ClusterUnreachable as exc:
                 return await self._connected_waiting(
-                    vci, ts.unmanaged(route.cluster, route.namespace, f"{exc}: unreachable")
+                    vci,
+                    ts.unmanaged(
+                        route.cluster, route.namespace, f'cluster "{route.cluster}" is offline ({exc})'
+                    ),
                 )
         else:
             tenant = await self.placement.ensure(spec)

@@ -330,11 +330,11 @@ class ClusterController:
         cluster = self.informer.get(name)
         mode = st.mode_of((cluster or {}).get("spec") or {})
         if cluster is None or mode is None:
-            raise LookupError(f'cluster "{name}" does not exist')
+            raise LookupError("no such Cluster")
         try:
             return (await self._client(name, cluster, mode)).client
         except ClientBuildError as exc:
-            raise LookupError(f'cluster "{name}": {exc}') from None
+            raise LookupError(str(exc)) from None
 
     # -- diagnosis (vplane doctor cluster) ---------------------------------------------------------
 

@@ -72,7 +72,8 @@ REPLICA_LABEL = "replica"
 
 
 class ClusterUnreachable(Exception):
-    """The connected cluster cannot be reached now (no client, no online agent session, a failed request)."""
+    """The connected cluster cannot be reached now (no client, no online agent session, a failed request); the
+    message says why, without the cluster's name."""
 
 
 class ClusterAccess(Protocol):
@@ -282,7 +283,7 @@ class ConnectedTenants:
         except (errors.StatusError, TransportError) as exc:
             if isinstance(exc, errors.StatusError) and exc.code not in (502, 503, 504):
                 raise
-            raise ClusterUnreachable(f'cluster "{spec.cluster}": {_describe(exc)}') from None
+            raise ClusterUnreachable(_describe(exc)) from None
         replicas, failed = replicas_from_pods(
             pods.items,
             spec.replicas,
@@ -356,7 +357,7 @@ class ConnectedTenants:
         except (errors.StatusError, TransportError) as exc:
             if isinstance(exc, errors.StatusError) and exc.code not in (502, 503, 504):
                 raise
-            raise ClusterUnreachable(f'cluster "{cluster}": {_describe(exc)}') from None
+            raise ClusterUnreachable(_describe(exc)) from None
         self.tenants.pop(key, None)
         self._placed.pop(key, None)
         self._applied.pop(key, None)
