@@ -179,13 +179,24 @@ def test_a_tenant_on_a_connected_cluster_survives_its_agent(
     )
 
 
-def test_an_instance_naming_a_missing_cluster_says_so(plat: Env) -> None:
-    """No Cluster of that name: Pending with ClusterNotFound (no crash loop, nothing applied anywhere)."""
-    plat.k.apply(vci("nowhere", "no-such-cluster"))
+def test_an_instance_naming_a_missing_or_uninitialized_cluster_says_so(plat: Env) -> None:
+    """No Cluster of that name: Pending with ClusterNotFound; the Cluster created but without an agent (never
+    Initialized): Pending with ClusterNotInitialized and the Cluster's reason. No crash loop, nothing applied
+    anywhere, and the instance can be deleted."""
+    plat.k.apply(vci("nowhere", "ghost"))
     try:
         status = wait_vci(plat, "nowhere", "Pending", "ClusterNotFound", timeout=60)
-        assert 'cluster "no-such-cluster" does not exist' in status["message"], status["message"]
+        assert 'cluster "ghost" does not exist' in status["message"], status["message"]
         assert condition(status, "VirtualClusterOnline")["status"] == "False"
+        plat.k.apply(
+            "apiVersion: management.loft.sh/v1\nkind: Cluster\nmetadata: {name: ghost}\n"
+            "spec: {networkPeer: true}\n"
+        )
+        plat.wait_status("ghost", "", "Offline")
+        status = wait_vci(plat, "nowhere", "Pending", "ClusterNotInitialized", timeout=60)
+        assert status["message"].startswith('cluster "ghost" is not initialized (Offline'), status["message"]
         assert "Traceback" not in plat.proc.log()
+        plat.k.run("delete", "vci", "nowhere", "-n", "p-default", "--timeout=60s")
     finally:
         plat.k.run("delete", "vci", "nowhere", "-n", "p-default", "--timeout=60s", check=False)
+        plat.k.run("delete", "cluster.management.loft.sh", "ghost", "--ignore-not-found", check=False)
