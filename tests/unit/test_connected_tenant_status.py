@@ -188,3 +188,29 @@ def test_mesh_nodes_are_the_tenants_online_replicas_newest_first() -> None:
         node("f", "t", "default", "x"),
     ]
     assert mesh_nodes(nodes, "t", "default") == {0: "b"}
+
+
+def test_an_unmanaged_instance_is_adopted_with_the_replicas_holding_a_mesh_session(tmp_path: Path) -> None:
+    """After a platform restart, the tenant path reaches an instance whose cluster is away through the
+    replicas' own mesh sessions; a tenant already placed keeps what it knows."""
+    import asyncio
+
+    from vplane.platform.clusters.tenants import ConnectedTenants
+
+    nodes = [node("a", "t", "default", "0"), node("b", "t", "default", "1", online=False)]
+    connected = ConnectedTenants(
+        PlatformSettings(data_dir=tmp_path),
+        access=None,  # type: ignore[arg-type]  # never reached: adopt does not call the cluster
+        nodes=lambda: nodes,
+        platform_url="https://platform",
+        platform_ca=tmp_path / "ca.crt",
+        changed=asyncio.Event(),
+    )
+    connected.adopt(TenantSpec("default", "p-default", "t", 2, "", ""))
+    tenant = connected.get("p-default", "t")
+    assert tenant is not None
+    assert [(r.index, r.ready) for r in tenant.replicas.values()] == [(0, True)]
+    assert connected.node_for("p-default", "t", 0) == "a"
+    assert connected.node_for("p-default", "t", 1) is None
+    connected.adopt(TenantSpec("default", "p-default", "t", 2, "", ""))
+    assert connected.get("p-default", "t") is tenant

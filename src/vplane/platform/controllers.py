@@ -163,6 +163,8 @@ class VirtualClusterController:
         if self.connected is not None:
             route = ts.route(vci, self.clusters(ts.cluster_ref(vci)[0] or ts.deployed_on(vci)))
             if route.kind != "local" and route.kind != "connected":
+                if route.kind == "unmanaged":
+                    self.connected.adopt(TenantSpec(project, namespace, name, config.replicas, "", ""))
                 return await self._connected_waiting(vci, route)
         access_key = await self.access_key(vci)
         spec = TenantSpec(

@@ -362,6 +362,20 @@ class ConnectedTenants:
         self._placed.pop(key, None)
         self._applied.pop(key, None)
 
+    def adopt(self, spec: TenantSpec) -> None:
+        """An instance this process has not placed yet (it restarted) whose cluster is away: its replicas are
+        those holding a mesh session, so the tenant path reaches them until the cluster is back."""
+        tenant = self.tenants.get(spec.key)
+        if tenant is not None and tenant.replicas:
+            return
+        tenant = Tenant(spec, self.root / spec.namespace / spec.name)
+        project = spec.namespace.removeprefix(self.settings.project_namespace_prefix)
+        tenant.replicas = {
+            index: Replica(index, 0, host=node, ready=True)
+            for index, node in mesh_nodes(self.nodes(), spec.name, project).items()
+        }
+        self.tenants[spec.key] = tenant
+
     def forget(self, namespace: str, name: str) -> None:
         self.tenants.pop((namespace, name), None)
         self._placed.pop((namespace, name), None)
