@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,6 +26,8 @@ from vplane.kube import errors
 from vplane.kube import tenantconfig as tenant_config
 from vplane.kube.accesskeys import API_VERSION, project_namespace
 from vplane.kube.objects import Obj
+from vplane.platform.clusters import tenantstatus as ts
+from vplane.platform.clusters.tenants import ClusterUnreachable, ConnectedTenants
 from vplane.platform.placement import TenantPlacement, TenantSpec
 from vplane.platform.settings import PlatformSettings
 
@@ -83,6 +86,8 @@ class VirtualClusterController:
         placement: TenantPlacement,
         access_key: Callable[[Obj], Awaitable[Obj]],
         revoke_keys: Callable[[str, str], Awaitable[list[str]]],
+        connected: ConnectedTenants | None = None,
+        clusters: Callable[[str], Obj | None] = lambda _name: None,
     ) -> None:
         self.client = client
         self.settings = settings
@@ -91,6 +96,10 @@ class VirtualClusterController:
         """The key of an instance (minted for its UID on first use)."""
         self.revoke_keys = revoke_keys
         """Delete every key of ``(namespace, name)``: the instance is gone."""
+        self.connected = connected
+        """Issue 11 item 6: instances whose ``spec.clusterRef.cluster`` names a connected cluster run there."""
+        self.clusters = clusters
+        """The Cluster object of a name (None: no such Cluster)."""
         self.informer = Informer(client, VCIS)
         self.controller = Controller("virtualclusterinstances", self.informer, self.reconcile, workers=2)
 
@@ -109,10 +118,15 @@ class VirtualClusterController:
         vci = self.informer.get(key)
         if vci is None:
             await self.placement.remove(namespace, name)
+            if self.connected is not None:
+                self.connected.forget(namespace, name)
             await self.revoke_keys(namespace, name)
             return None
         meta = vci["metadata"]
         if meta.get("deletionTimestamp"):
+            waiting = await self._remove_connected(vci, namespace, name)
+            if waiting is not None:
+                return waiting
             await self.placement.remove(namespace, name)
             await self.revoke_keys(namespace, name)
             if CLEANUP_FINALIZER in (meta.get("finalizers") or []):
@@ -145,12 +159,40 @@ class VirtualClusterController:
         except tenant_config.ConfigInvalid as exc:
             await self._status(vci, "Failed", "InvalidConfig", str(exc), [])
             return None
+        route = ts.Route("local")
+        if self.connected is not None:
+            route = ts.route(vci, self.clusters(ts.cluster_ref(vci)[0] or ts.deployed_on(vci)))
+            if route.kind != "local" and route.kind != "connected":
+                if route.kind == "unmanaged":
+                    self.connected.adopt(TenantSpec(project, namespace, name, config.replicas, "", ""))
+                return await self._connected_waiting(vci, route)
         access_key = await self.access_key(vci)
-        tenant = await self.placement.ensure(
-            TenantSpec(
-                project, namespace, name, config.replicas, str(access_key["spec"]["key"]), values or ""
-            )
+        spec = TenantSpec(
+            project, namespace, name, config.replicas, str(access_key["spec"]["key"]), values or ""
         )
+        if route.kind == "connected":
+            assert self.connected is not None
+            if ts.deployed_on(vci) != route.cluster:
+                # Recorded before anything is applied there: deletion must know where to clean up.
+                await self.client.patch(
+                    VCIS,
+                    name,
+                    {"metadata": {"annotations": {ts.DEPLOYED_ANNOTATION: route.cluster}}},
+                    namespace=namespace,
+                )
+                return None  # the annotated object comes back as an event
+            spec = dataclasses.replace(spec, cluster=route.cluster, host_namespace=route.namespace)
+            try:
+                tenant = await self.connected.ensure(spec)
+            except ClusterUnreachable as exc:
+                return await self._connected_waiting(
+                    vci,
+                    ts.unmanaged(
+                        route.cluster, route.namespace, f'cluster "{route.cluster}" is offline ({exc})'
+                    ),
+                )
+        else:
+            tenant = await self.placement.ensure(spec)
         ready = tenant.ready_replicas
         if tenant.failed:
             phase, reason, message = "Failed", "ReplicaNotReady", tenant.failed
@@ -158,8 +200,67 @@ class VirtualClusterController:
             phase, reason, message = "Ready", "", ""
         else:
             phase, reason, message = "Pending", "Starting", f"{ready}/{config.replicas} replicas ready"
-        await self._status(vci, phase, reason, message, tenant.endpoints(), ready, config.replicas)
+        await self._status(
+            vci,
+            phase,
+            reason,
+            message,
+            tenant.endpoints(),
+            ready,
+            config.replicas,
+            extra=ts.condition_updates(route),
+        )
+        if route.kind == "connected":
+            # Pods on a connected cluster are not watched: their readiness is read again periodically.
+            s = self.settings
+            return s.cluster_resync_seconds if phase == "Ready" else s.connected_tenant_requeue_seconds
         return None if phase == "Ready" else 1.0
+
+    # -- issue 11 item 6: instances on connected clusters ------------------------------------------
+
+    async def _connected_waiting(self, vci: Obj, route: ts.Route) -> float:
+        """The cluster is missing, not initialized or offline: say so (an unmanaged instance keeps what it
+        last said about its replicas) and look again later (or when a Cluster changes)."""
+        status = vci.get("status") or {}
+        if route.kind == "unmanaged":
+            endpoints = list(status.get("endpoints") or [])
+            ready, replicas = int(status.get("readyReplicas") or 0), int(status.get("replicas") or 0)
+        else:
+            endpoints, ready, replicas = [], 0, 0
+        await self._status(
+            vci,
+            route.phase,
+            route.reason,
+            route.message,
+            endpoints,
+            ready,
+            replicas,
+            extra=ts.condition_updates(route),
+        )
+        return self.settings.connected_tenant_requeue_seconds
+
+    async def _remove_connected(self, vci: Obj, namespace: str, name: str) -> float | None:
+        """Delete what the instance has on its connected cluster; a requeue delay while the cluster cannot be
+        reached (the finalizer stays), None when done or when it has nothing there."""
+        cluster = ts.deployed_on(vci)
+        if self.connected is None or not cluster:
+            return None
+        if self.clusters(cluster) is None:
+            log.warning(
+                "the connected cluster of a deleted tenant cluster is gone; its objects there stay",
+                tenant=name,
+                cluster=cluster,
+            )
+            self.connected.forget(namespace, name)
+            return None
+        try:
+            await self.connected.remove(cluster, namespace, name, ts.cluster_ref(vci)[1])
+        except ClusterUnreachable as exc:
+            log.info(
+                "waiting for the connected cluster to delete a tenant cluster", tenant=name, error=str(exc)
+            )
+            return self.settings.connected_tenant_requeue_seconds
+        return None
 
     async def _status(
         self,
@@ -170,25 +271,16 @@ class VirtualClusterController:
         endpoints: list[str],
         ready: int = 0,
         replicas: int = 0,
+        extra: dict[str, tuple[str, str, str]] | None = None,
     ) -> None:
         status = dict(vci.get("status") or {})
-        conditions = {c.get("type"): c for c in status.get("conditions") or []}
         ready_status = "True" if phase == "Ready" else "False"
-        previous = conditions.get("VirtualClusterReady")
-        conditions["VirtualClusterReady"] = {
-            "type": "VirtualClusterReady",
-            "status": ready_status,
-            "lastTransitionTime": previous["lastTransitionTime"]
-            if previous and previous.get("status") == ready_status
-            else _now(),
-            "reason": reason,
-            "message": message,
-        }
+        updates = {"VirtualClusterReady": (ready_status, reason, message), **(extra or {})}
         new: dict[str, Any] = {
             "phase": phase,
             "reason": reason,
             "message": message,
-            "conditions": list(conditions.values()),
+            "conditions": ts.conditions(list(status.get("conditions") or []), updates, _now()),
             "endpoints": endpoints,
             "readyReplicas": ready,
             "replicas": replicas,

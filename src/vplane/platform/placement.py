@@ -41,6 +41,11 @@ class TenantSpec:
     access_key: str
     values: str = ""
     """The VirtualClusterInstance's vcluster.yaml (helm values): replicas read it from ``vcluster.yaml``."""
+    cluster: str = ""
+    """Issue 11 item 6: the connected cluster that runs the replicas (``spec.clusterRef.cluster``), empty for
+    the platform's own placement (:mod:`vplane.platform.clusters.tenants`)."""
+    host_namespace: str = ""
+    """With ``cluster``: the namespace there (``spec.clusterRef.namespace``; empty: ``vcluster-<name>``)."""
 
     @property
     def key(self) -> tuple[str, str]:

@@ -39,6 +39,7 @@ from vplane.mesh.settings import MeshSettings
 from vplane.platform import kinds, replicas
 from vplane.platform.admission import PlatformAdmission
 from vplane.platform.clusters.localclient import PLATFORM_KIND
+from vplane.platform.clusters.tenants import ConnectedTenants, ControllerAccess, MeshTenantProxy
 from vplane.platform.clusters.wiring import ConnectedClusters, with_platform_kind
 from vplane.platform.controllers import ProjectController, VirtualClusterController
 from vplane.platform.identity import AccessKeyIndex
@@ -184,16 +185,40 @@ class Platform:
             else:
                 placement = TenantSupervisor(self.settings, self.url, self.ca_path, mesh_ca)
             self.placement = placement
-            self.tenant_proxy = TenantProxy(
-                placement.get,
+            # Issue 11 item 6: tenants whose spec.clusterRef.cluster names a connected cluster run there.
+            assert self.clusters.controller is not None and self.clusters.local is not None
+            cluster_loop = self.clusters.controller
+            connected = ConnectedTenants(
+                self.settings,
+                ControllerAccess(cluster_loop.client_for),
+                self.coordinator.nodes,
+                self.url,
+                self.ca_path,
+                placement.changed,
+            )
+            cluster_loop.informer.add_handlers(
+                on_add=lambda _obj: placement.changed.set(),
+                on_update=lambda _old, _new: placement.changed.set(),
+                on_delete=lambda _obj: placement.changed.set(),
+            )
+            self.tenant_proxy = MeshTenantProxy(
+                lambda ns, name: connected.get(ns, name) or placement.get(ns, name),
                 lambda ns, name: placement.directory(ns, name) / "pki" / "ca.crt",
                 self.settings.project_namespace_prefix,
                 self.api.authenticate,
                 self.settings.tenant_upgrade_timeout_seconds,
+                connected=connected,
+                mesh_http=self.clusters.local.http,
             )
             self.api.public_routes[PREFIX] = self._relay
             vcis = VirtualClusterController(
-                self.client, self.settings, placement, self.keys.ensure_vci_key, self.keys.revoke_vci_keys
+                self.client,
+                self.settings,
+                placement,
+                self.keys.ensure_vci_key,
+                self.keys.revoke_vci_keys,
+                connected=connected,
+                clusters=cluster_loop.informer.get,
             )
             self._tasks += [
                 asyncio.create_task(vcis.controller.run()),
@@ -454,9 +479,10 @@ def _mesh_ca(directory: Path) -> tls.CertPair:
 def _peer_groups(node: NodeInfo) -> Groups:
     """Tenant control planes see every tenant control plane (which targets a tenant may use is checked by
     platform RBAC when it registers a proxy target); agents see no one (they only talk to the platform); the
-    platform's own node sees every agent (it reaches their tunnels) and is seen by no one."""
+    platform's own node sees every agent (it reaches their tunnels) and every tenant control plane (it reaches
+    tenants on connected clusters through the mesh, issue 11 item 6), and is seen by no one."""
     if node.kind == PLATFORM_KIND:
-        return Groups(sees=AGENTS)
+        return Groups(sees=AGENTS | TENANTS)
     if node.kind == "vcluster":
         return Groups(TENANTS, TENANTS)
     if node.kind == "agent":

@@ -194,3 +194,12 @@ class PlatformSettings(BaseModel):
         if pods.overlaps(services):
             raise ValueError(f"tenant_pod_cidr_pool {pods} overlaps tenant_service_cidr_pool {services}")
         return self
+
+    # -- issue 11 item 6 (tenant clusters on connected clusters) ------------------------------------------
+    connected_tenant_requeue_seconds: float = Field(default=5.0, gt=0)
+    """A VirtualClusterInstance on a connected cluster that waits for its cluster (missing, not initialized)
+    or runs there unmanaged (the cluster offline) is looked at again this often (and at once when a Cluster
+    changes)."""
+    connected_tenant_storage: str = "5Gi"
+    """The size the tenant's store claim (PersistentVolumeClaim ``data-<name>``) requests on a connected
+    cluster; replicas share it, as they share their directory on the platform."""

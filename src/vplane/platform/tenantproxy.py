@@ -26,7 +26,7 @@ from aiohttp import web
 from vplane.apiserver.context import UserInfo
 from vplane.kube import errors
 from vplane.kube.accesskeys import AUTH_FAILED, project_namespace
-from vplane.platform.placement import Tenant
+from vplane.platform.placement import Replica, Tenant
 from vplane.support import httprelay
 from vplane.support.httprelay import relay_response
 from vplane.support.requestheader import HOP_BY_HOP
@@ -121,7 +121,7 @@ class TenantProxy:
             return await self._upgrade(request, namespace, name, replicas[0].host, replicas[0].port, path_qs)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         body = await request.read() if request.can_read_body else None
-        session = self._session(namespace, name)
+        session, target = self._route(namespace, name, replicas[0], target)
         try:
             upstream = await session.request(
                 request.method,
@@ -134,6 +134,13 @@ class TenantProxy:
         except (aiohttp.ClientError, OSError) as exc:
             raise errors.service_unavailable(f'tenant cluster "{name}" is unreachable: {exc}', 1) from None
         return await relay_response(request, upstream)
+
+    def _route(
+        self, namespace: str, name: str, replica: Replica, target: str
+    ) -> tuple[aiohttp.ClientSession, str]:
+        """The session and URL a request to ``replica`` goes through: its own address over TLS verified with
+        the tenant's CA (a subclass reaches tenants on connected clusters through the mesh instead)."""
+        return self._session(namespace, name), target
 
     async def _upgrade(
         self, request: web.Request, namespace: str, name: str, host: str, port: int, path_qs: str

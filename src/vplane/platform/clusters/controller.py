@@ -328,6 +328,19 @@ class ClusterController:
         results = await asyncio.gather(*(one(n) for n in nodes))
         return sum(results)
 
+    # -- issue 11 item 6: tenant clusters placed on connected clusters ------------------------------
+
+    async def client_for(self, name: str) -> KubeClient:
+        """The client this loop reaches cluster ``name`` with (raises LookupError when there is none)."""
+        cluster = self.informer.get(name)
+        mode = st.mode_of((cluster or {}).get("spec") or {})
+        if cluster is None or mode is None:
+            raise LookupError("no such Cluster")
+        try:
+            return (await self._client(name, cluster, mode)).client
+        except ClientBuildError as exc:
+            raise LookupError(str(exc)) from None
+
     # -- diagnosis (vplane doctor cluster) ---------------------------------------------------------
 
     async def diagnose(self, name: str) -> dict[str, Any]:

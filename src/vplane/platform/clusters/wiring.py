@@ -60,13 +60,6 @@ def with_platform_kind(
     return authenticate_node
 
 
-def visible_to_platform(node: NodeInfo, candidates: Any) -> list[NodeInfo] | None:
-    """The platform's own node sees every agent (to reach their tunnels); None for other nodes."""
-    if node.kind != PLATFORM_KIND:
-        return None
-    return [c for c in candidates if c.kind == "agent"]
-
-
 class ConnectedClusters:
     def __init__(
         self, api: APIServer, keys: AccessKeyIndex, coordinator: Coordinator, settings: PlatformSettings
