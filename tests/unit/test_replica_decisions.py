@@ -3,10 +3,13 @@ writes, the online-ness every replica agrees on, and who reconciles a Cluster.""
 
 from __future__ import annotations
 
+import dataclasses
+
 from vplane.mesh.coordinator import NodeInfo
 from vplane.platform.replicas import (
     Liveness,
     PeerState,
+    heard_since,
     merged_nodes,
     peer_annotations,
     peer_state,
@@ -217,6 +220,20 @@ def test_the_holder_of_an_online_session_reconciles_else_the_lowest_live_replica
     )
     assert reconciler([node("n1", "c", online=False)], ["a", "b"]) == "a"
     assert reconciler([], ["b"]) == "b"
+
+
+def test_after_a_pause_our_own_sessions_count_only_once_heard_from_again() -> None:
+    """Replica a was paused while its agent moved to b: a's old session still reads online (its end not yet
+    noticed) but was last heard before the resume, so b reconciles; a session a heard since counts again."""
+    stale = node("n1", "a")  # last_seen WALL - 5
+    moved = node("n2", "b")
+    resumed = WALL - 1
+    assert reconciler(heard_since([stale, moved], "a", resumed), ["a", "b"]) == "b"
+    assert reconciler([stale, moved], ["a", "b"]) == "a"  # what a would have decided without the check
+    fresh = dataclasses.replace(stale, last_seen=WALL)
+    assert reconciler(heard_since([fresh, moved], "a", resumed), ["a", "b"]) == "a"
+    # Other replicas' sessions are never filtered: their holders vouch for them.
+    assert heard_since([moved], "a", WALL + 100) == [moved]
 
 
 def test_a_network_peer_carries_what_another_replica_needs() -> None:

@@ -209,6 +209,11 @@ class Liveness:
             self._catch_up(now)
         return now - self._resumed_at < self.pause_after
 
+    @property
+    def resumed_at(self) -> float:
+        """When this replica last came back from a pause (our clock); -inf if it never did."""
+        return self._resumed_at
+
     def observe(self, holder: str, renew_time: str) -> None:
         previous = self._seen.get(holder)
         if previous is None or previous[0] != renew_time:
@@ -353,6 +358,13 @@ def _newer(peer: PeerState, node: NodeInfo) -> bool:
     return (peer.connected_at or 0.0) > (node.connected_at or 0.0)
 
 
+def heard_since(sessions: Iterable[NodeInfo], me: str, resumed_wall: float) -> list[NodeInfo]:
+    """The sessions that count for who reconciles after this replica's last pause (wall time): its own only
+    once heard from since. One whose agent went away meanwhile still reads online until its connection's end
+    is noticed, and acting on it would take the cluster from the replica the agent has moved to."""
+    return [n for n in sessions if n.coordinator_id != me or n.last_seen >= resumed_wall]
+
+
 def reconciler(sessions: Iterable[NodeInfo], live: Sequence[str]) -> str:
     """The replica that reconciles a Cluster with these agent sessions (``live``: sorted, non-empty)."""
     holders = sorted({n.coordinator_id for n in sessions if n.online and n.coordinator_id})
@@ -421,6 +433,7 @@ class Replicas:
         self.gc_after_seconds = gc_after_seconds
         self._url = url
         self._wall = wall_clock
+        self._clock = clock
         self.peers: dict[str, PeerState] = {}
         self.on_lost: list[Callable[[NodeInfo], None]] = []
         """Called with each peer this replica marked offline (the Cluster loop requeues its cluster)."""
@@ -446,7 +459,13 @@ class Replicas:
         """Whether this replica reconciles the Cluster whose agent sessions these are."""
         if self.liveness.resumed_recently():
             return False  # back from a pause: the cluster's holder may have changed meanwhile
-        return reconciler(sessions, self.liveness.live()) == self.me
+        return reconciler(self._heard_since_resume(sessions), self.liveness.live()) == self.me
+
+    def _heard_since_resume(self, sessions: Sequence[NodeInfo]) -> list[NodeInfo]:
+        resumed = self.liveness.resumed_at
+        if resumed == -math.inf:
+            return list(sessions)
+        return heard_since(sessions, self.me, self._wall() - (self._clock() - resumed))
 
     # -- following the store ----------------------------------------------------------------------
 
