@@ -16,6 +16,7 @@ import structlog
 
 from vplane.controllers.informer import Informer, object_key
 from vplane.controllers.workqueue import Clock, ShutDown, WorkQueue, WorkQueueSettings
+from vplane.kube.errors import StatusError
 from vplane.kube.objects import Obj
 
 log = structlog.get_logger("vplane.controllers.reconciler")
@@ -82,6 +83,14 @@ class Controller:
                 return
             try:
                 requeue_after = await self._reconcile(key)
+            except StatusError as exc:
+                # An answer of the API server (a conflict with a newer write, above all) is an ordinary
+                # outcome: one line, as upstream's controllers log it, and a rate-limited retry.
+                retries = self.queue.num_requeues(key)
+                self._log.warning(
+                    "reconcile failed", key=key, retries=retries, code=exc.code, error=exc.message
+                )
+                self.queue.add_rate_limited(key)
             except Exception:
                 retries = self.queue.num_requeues(key)
                 self._log.exception("reconcile failed", key=key, retries=retries)
