@@ -8,6 +8,7 @@ press Ctrl-C the way a terminal does (SIGINT to the process group).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import pwd
 import signal
@@ -351,10 +352,12 @@ def test_up_is_announced_when_tenants_answer_through_the_platform(up: UpProcess)
 
 
 def test_logs_and_exec_of_a_pod_no_node_runs_answer_as_upstream(kube: Kubectl) -> None:
-    """Pods are stored but not run yet. Upstream answers a pod not scheduled to a node: logs with
-    204 No Content (kubectl prints nothing), exec with 400 `pod <name> does not have a host assigned`."""
+    """A pod no node takes (its nodeSelector matches none: the tenant's own node has other labels). Upstream
+    answers a pod not scheduled to a node: logs with 204 No Content (kubectl prints nothing), exec with 400
+    `pod <name> does not have a host assigned`."""
     ctx = ("--context", "vplane_target_default")
-    kube.run(*ctx, "run", "web", "--image=nginx", "--restart=Never")
+    unschedulable = json.dumps({"spec": {"nodeSelector": {"example.com/no-such-node": "true"}}})
+    kube.run(*ctx, "run", "web", "--image=nginx", "--restart=Never", f"--overrides={unschedulable}")
     logs = kube.run(*ctx, "logs", "web")
     assert (logs.code, logs.stdout) == (0, "")
     raw = kube.run(*ctx, "get", "--raw", "/api/v1/namespaces/default/pods/web/log", "-v=6")

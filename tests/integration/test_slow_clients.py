@@ -707,9 +707,11 @@ spec:
 @pytest.fixture
 def platform(tmp_path: Path, kubectl_path: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PlatformProcess]:
     monkeypatch.setenv("VPLANE_LOG_LEVEL", "debug")  # tenants inherit it
-    # The tenant's leader runs no controllers here: their watches would move the counts these tests read.
+    # The tenant's leader runs no controllers and no node here: their watches would move the counts these
+    # tests read.
     proc = PlatformProcess(
-        tmp_path / "platform", {"tenant_apiserver": '{"controller_manager": false, "scheduler": false}'}
+        tmp_path / "platform",
+        {"tenant_apiserver": '{"controller_manager": false, "scheduler": false}', "tenant_node": "false"},
     )
     proc.start()
     try:
