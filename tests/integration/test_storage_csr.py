@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,51 @@ def test_static_binding_and_retain(
         "Released",
     )
     assert released["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+
+
+def test_claim_in_use_is_protected_until_its_pod_goes(
+    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    """Claims and volumes carry the protection finalizers from their creation; deleting a claim a pod uses
+    leaves it Terminating until the pod is gone, then the claim, and its released volume, go."""
+    kubectl.apply(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: "
+        f"prot-{namespace}}}\nprovisioner: vplane.io/local-path\nvolumeBindingMode: Immediate\n"
+    )
+    kubectl.apply(claim_manifest("held", "1Gi", f"prot-{namespace}"), "-n", namespace)
+    pvc = wait_for(lambda: bound(shared_apiserver, namespace, "held"), "bound")
+    assert pvc["metadata"]["finalizers"] == ["kubernetes.io/pvc-protection"]
+    volume_name = pvc["spec"]["volumeName"]
+    pv = get_volume(shared_apiserver, volume_name)
+    assert pv is not None and pv["metadata"]["finalizers"] == ["kubernetes.io/pv-protection"]
+    pod = {
+        "metadata": {"name": "holder"},
+        "spec": {
+            "nodeName": "node-a",
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "held"}}],
+            "containers": [{"name": "c", "image": "nginx"}],
+        },
+    }
+    api(shared_apiserver, "POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+    kubectl.run("delete", "pvc", "held", "-n", namespace, "--wait=false")
+    # a change to the pod makes the controller look at the claim again: it stays
+    kubectl.run("label", "pod", "holder", "-n", namespace, "touched=yes")
+    time.sleep(1)
+    line = kubectl.run("get", "pvc", "held", "-n", namespace, "--no-headers").out.split()
+    assert line[:2] == ["held", "Terminating"]
+    claim = get_claim(shared_apiserver, namespace, "held")
+    assert claim["metadata"]["deletionTimestamp"] and claim["metadata"]["finalizers"] == [
+        "kubernetes.io/pvc-protection"
+    ]
+    kubectl.run("delete", "pod", "holder", "-n", namespace, "--grace-period=0", "--force")
+    wait_for(
+        lambda: (
+            call(shared_apiserver, "GET", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/held")[0]
+            == 404
+        ),
+        "the claim gone with its pod",
+    )
+    wait_for(lambda: get_volume(shared_apiserver, volume_name) is None, "the released volume deleted")
 
 
 # -- CSRs ---------------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from vplane.controllers.kcm.resources import REPLICATIONCONTROLLERS
 from vplane.controllers.kcm.serviceaccounts import RootCAPublisher, ServiceAccountsController
 from vplane.controllers.kcm.settings import ControllerManagerSettings
 from vplane.controllers.kcm.statefulset import StatefulSetController
+from vplane.controllers.kcm.storageprotection import PVCProtectionController, PVProtectionController
 from vplane.controllers.kcm.ttlafterfinished import TTLAfterFinishedController
 from vplane.kube.errors import StatusError
 
@@ -70,6 +71,8 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "disruption": ControllerSpec(DisruptionController, requires=PODDISRUPTIONBUDGETS),
     "horizontalpodautoscaling": ControllerSpec(HorizontalPodAutoscalerController, requires=HPAS),
     "persistentvolume-binder": ControllerSpec(PersistentVolumeBinderController),
+    "pvc-protection": ControllerSpec(PVCProtectionController),
+    "pv-protection": ControllerSpec(PVProtectionController),
     "csrsigning": ControllerSpec(CSRSigningController, requires=CSRS),
     "csrcleaner": ControllerSpec(CSRCleanerController, requires=CSRS),
 }

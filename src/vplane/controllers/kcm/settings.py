@@ -121,3 +121,9 @@ class ControllerManagerSettings(BaseModel):
     """A failed request is deleted this long after failing."""
     csr_pending_expiration_seconds: float = Field(default=86400.0, gt=0)
     """A request nobody approved or denied is deleted this long after its creation."""
+
+    # -- kcmcorners: storage protection controllers ---------------------------------------------------------
+    concurrent_pvc_protection_syncs: int = Field(default=5, ge=1)
+    """Claims the ``pvc-protection`` controller looks at once (upstream runs five workers)."""
+    concurrent_pv_protection_syncs: int = Field(default=5, ge=1)
+    """Volumes the ``pv-protection`` controller looks at once."""
