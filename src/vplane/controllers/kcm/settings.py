@@ -127,3 +127,11 @@ class ControllerManagerSettings(BaseModel):
     """Claims the ``pvc-protection`` controller looks at once (upstream runs five workers)."""
     concurrent_pv_protection_syncs: int = Field(default=5, ge=1)
     """Volumes the ``pv-protection`` controller looks at once."""
+
+    # -- kcmcorners: legacy service-account token Secrets ------------------------------------------------
+    service_account_private_key_file: str | None = None
+    """The EC P-256 key legacy token Secrets are signed with (``--service-account-private-key-file``; beside
+    ``vplane apiserver`` the cluster CA's key, which the API server verifies them with). Unset: the
+    ``serviceaccount-token`` controller does not start."""
+    concurrent_serviceaccount_token_syncs: int = Field(default=5, ge=1)
+    """Token Secrets looked at once (``--concurrent-serviceaccount-token-syncs``)."""
