@@ -401,3 +401,60 @@ def test_approving_needs_approve_on_the_signer_and_masters_is_refused(
         f'certificatesigningrequests.certificates.k8s.io "{namespace}-root" is forbidden: use of '
         "kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed",
     )
+
+
+def test_kubelet_client_csr_auto_approved_after_access_review(
+    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    """csrapproving: a kubelet client request from someone a SubjectAccessReview allows to create
+    certificatesigningrequests/nodeclient is approved (AutoApproved, upstream's message) and then signed;
+    one from a requester without that permission stays pending."""
+    usages = ["digital signature", "client auth"]
+    # an account that may create CSRs, but not certificatesigningrequests/nodeclient
+    kubectl.run("create", "serviceaccount", "bootstrapper", "-n", namespace)
+    role = f"csr-create-{namespace}"
+    kubectl.run("create", "clusterrole", role, "--verb=create,get", "--resource=certificatesigningrequests")
+    kubectl.run(
+        "create",
+        "clusterrolebinding",
+        role,
+        f"--clusterrole={role}",
+        f"--serviceaccount={namespace}:bootstrapper",
+    )
+    token = kubectl.run("create", "token", "bootstrapper", "-n", namespace).out.strip()
+    plain, _ = make_request(f"system:node:{namespace}-b", ("system:nodes",))
+    pending = f"{namespace}-unprivileged"
+    code, _, body = shared_apiserver.request(
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        json.dumps(
+            csr_manifest(pending, plain, "kubernetes.io/kube-apiserver-client-kubelet", usages)
+        ).encode(),
+        {"Content-Type": "application/json"},
+        token=token,
+    )
+    assert code == 201, body
+    # the admin may create certificatesigningrequests/nodeclient
+    request, _ = make_request(f"system:node:{namespace}-a", ("system:nodes",))
+    name = f"{namespace}-kubelet"
+    api(
+        shared_apiserver,
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        csr_manifest(name, request, "kubernetes.io/kube-apiserver-client-kubelet", usages),
+    )
+    csr = wait_for(
+        lambda: (c := get_csr(shared_apiserver, name)) and c.get("status", {}).get("certificate") and c,
+        "approved and issued",
+    )
+    (approved,) = [c for c in csr["status"]["conditions"] if c["type"] == "Approved"]
+    assert (approved["status"], approved["reason"], approved["message"]) == (
+        "True",
+        "AutoApproved",
+        "Auto approving kubelet client certificate after SubjectAccessReview.",
+    )
+    time.sleep(1)  # the other request was seen first; it is left to a human
+    left = get_csr(shared_apiserver, pending)
+    assert left is not None and not left.get("status", {}).get("conditions")
+    kubectl.run("delete", "clusterrolebinding", role)
+    kubectl.run("delete", "clusterrole", role)

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 import structlog
 
 from vplane.controllers.client import KubeAPI, Resource, TransportError
-from vplane.controllers.kcm.certificates import CSRS, CSRCleanerController, CSRSigningController
+from vplane.controllers.kcm.certificates import (
+    CSRS,
+    CSRApprovingController,
+    CSRCleanerController,
+    CSRSigningController,
+)
 from vplane.controllers.kcm.context import Clock, ControllerContext, ManagedController
 from vplane.controllers.kcm.cronjob import CronJobController
 from vplane.controllers.kcm.cronjobutil import CRONJOBS
@@ -81,6 +86,7 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "pv-protection": ControllerSpec(PVProtectionController),
     "csrsigning": ControllerSpec(CSRSigningController, requires=CSRS),
     "csrcleaner": ControllerSpec(CSRCleanerController, requires=CSRS),
+    "csrapproving": ControllerSpec(CSRApprovingController, requires=CSRS),
 }
 """Controller names as kube-controller-manager's ``--controllers`` spells them."""
 
