@@ -222,6 +222,142 @@ def test_ttl_after_finished_deletes_the_job_and_its_pods(k: Kubectl, ns: str) ->
     wait_for(lambda: get(k, ns, "pods")["items"] == [], "pods deleted with the job (foreground)")
 
 
+# -- failure and success policies -----------------------------------------------------------------------
+
+
+def test_pod_failure_policy_fail_job_rule(k: Kubectl, ns: str) -> None:
+    policy = {
+        "rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}
+        ]
+    }
+    k.apply(job_manifest("exit42", "exit 42", backoffLimit=6, podFailurePolicy=policy), "-n", ns)
+    k.run("wait", "--for=condition=failed", "job/exit42", "-n", ns, "--timeout=60s")
+    (pod,) = get(k, ns, "pods", "-l", "job-name=exit42")["items"]  # no retry
+    message = (
+        f"Container main for pod {ns}/{pod['metadata']['name']} failed with exit code 42 matching FailJob rule "
+        "at index 0"
+    )
+    job = get(k, ns, "job", "exit42")
+    for kind in ("FailureTarget", "Failed"):
+        cond = condition(job, kind)
+        assert cond is not None and (cond["reason"], cond["message"]) == ("PodFailurePolicy", message)
+    assert job["spec"]["podReplacementPolicy"] == "Failed"  # defaulted with a pod failure policy
+    assert ("Warning", "PodFailurePolicy", message) in events(k, ns, "exit42")
+
+
+def test_evicted_pod_is_ignored_by_the_pod_failure_policy(k: Kubectl, ns: str, tmp_path: Path) -> None:
+    policy = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    k.apply(job_manifest("evictme", "sleep 600", backoffLimit=0, podFailurePolicy=policy), "-n", ns)
+    first = wait_for(
+        lambda: [
+            p
+            for p in get(k, ns, "pods", "-l", "job-name=evictme")["items"]
+            if p["status"].get("phase") == "Running"
+        ],
+        "the pod running",
+    )[0]
+    name = first["metadata"]["name"]
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
+    (tmp_path / "eviction.json").write_text(json.dumps(eviction))
+    k.run(
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{ns}/pods/{name}/eviction",
+        "-f",
+        str(tmp_path / "eviction.json"),
+    )
+
+    def replaced() -> bool:
+        pods = get(k, ns, "pods", "-l", "job-name=evictme")["items"]
+        return any(p["metadata"]["name"] != name and p["status"].get("phase") == "Running" for p in pods)
+
+    # the evicted pod got DisruptionTarget=True (EvictionByEvictionAPI) and was replaced: without the
+    # condition its failure would have used up backoffLimit 0 and failed the Job
+    wait_for(replaced, "a replacement pod running")
+    job = get(k, ns, "job", "evictme")
+    assert condition(job, "Failed") is None and not job["status"].get("failed")  # backoffLimit 0 not used up
+
+
+def indexed_manifest(name: str, command: str, **spec: Any) -> str:
+    return job_manifest(name, command, completionMode="Indexed", **spec)
+
+
+def test_backoff_limit_per_index_and_failed_indexes(k: Kubectl, ns: str) -> None:
+    k.apply(
+        indexed_manifest(
+            "perindex",
+            '[ "$JOB_COMPLETION_INDEX" != 1 ]',
+            completions=3,
+            parallelism=3,
+            backoffLimitPerIndex=1,
+        ),
+        "-n",
+        ns,
+    )
+    k.run("wait", "--for=condition=failed", "job/perindex", "-n", ns, "--timeout=60s")
+    job = get(k, ns, "job", "perindex")
+    status = job["status"]
+    assert (status["completedIndexes"], status["failedIndexes"], status["succeeded"], status["failed"]) == (
+        "0,2",
+        "1",
+        2,
+        2,
+    )
+    cond = condition(job, "Failed")
+    assert cond is not None and (cond["reason"], cond["message"]) == (
+        "FailedIndexes",
+        "Job has failed indexes",
+    )
+    counts = sorted(
+        p["metadata"]["annotations"]["batch.kubernetes.io/job-index-failure-count"]
+        for p in get(k, ns, "pods", "-l", "batch.kubernetes.io/job-completion-index=1")["items"]
+    )
+    assert counts == ["0", "1"]  # the retry carried its index's failure count
+
+
+def test_success_policy_completes_when_the_leader_succeeds(k: Kubectl, ns: str) -> None:
+    k.apply(
+        indexed_manifest(
+            "leader",
+            '[ "$JOB_COMPLETION_INDEX" = 0 ] || sleep 600',
+            completions=3,
+            parallelism=3,
+            successPolicy={"rules": [{"succeededIndexes": "0", "succeededCount": 1}]},
+        ),
+        "-n",
+        ns,
+    )
+    k.run("wait", "--for=condition=complete", "job/leader", "-n", ns, "--timeout=60s")
+    job = get(k, ns, "job", "leader")
+    for kind in ("SuccessCriteriaMet", "Complete"):
+        cond = condition(job, kind)
+        assert cond is not None and (cond["reason"], cond["message"]) == (
+            "SuccessPolicy",
+            "Matched rules at index 0",
+        )
+    assert job["status"]["completedIndexes"] == "0" and job["status"]["succeeded"] == 1
+    assert job["status"].get("active", 0) == 0
+
+
+def test_policy_fields_are_validated(k: Kubectl, ns: str) -> None:
+    bad = job_manifest(
+        "invalid",
+        "true",
+        backoffLimitPerIndex=1,
+        podFailurePolicy={"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [0]}}]},
+        successPolicy={"rules": [{"succeededCount": 1}]},
+    )
+    err = k.fails("apply", "-f", "-", "-n", ns, input=bad).stderr
+    assert 'The Job "invalid" is invalid: ' in err
+    for text in (
+        "spec.backoffLimitPerIndex: Invalid value: 1: requires indexed completion mode",
+        "spec.podFailurePolicy.rules[0].onExitCodes.values[0]: Invalid value: 0: must not be 0 for the In operator",
+        "spec.successPolicy: Invalid value: batch.SuccessPolicy{...}: requires indexed completion mode",
+    ):
+        assert text in err, err
+
+
 # -- CronJobs --------------------------------------------------------------------------------------------
 
 

@@ -365,8 +365,17 @@ def test_create_get_describe_explain_delete(
     plural, _, group = resource.partition(".")
     explained = k.run("explain", plural, *([f"--api-version={group}/v1"] if group else []))
     assert f"KIND:       {kind}" in explained.out, explained.out
-    k.run("delete", resource, name, *scope)
+    if kind in PROTECTED_KINDS:
+        # the protection finalizer stays without the controller manager (this server runs none), as upstream
+        k.run("delete", resource, name, *scope, "--wait=false")
+        k.run("patch", resource, name, *scope, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    else:
+        k.run("delete", resource, name, *scope)
     assert k.run("get", resource, name, *scope, check=False).code != 0
+
+
+PROTECTED_KINDS = {"PersistentVolume", "PersistentVolumeClaim"}
+"""Kinds the API server gives the ``kubernetes.io/pv-protection`` / ``pvc-protection`` finalizer."""
 
 
 def test_explain_nested_field(k: Kubectl) -> None:
@@ -573,6 +582,55 @@ def test_eviction_without_budget(
         "code": 201,
     }
     assert kubectl.run("get", "pod", "free", "-n", namespace, check=False).code != 0
+
+
+def test_evicted_pod_gets_the_disruption_target_condition(
+    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    """Eviction (here through a budget, which pins the pod's version) marks the pod DisruptionTarget=True
+    with upstream's reason and message before deleting it; a finalizer keeps the pod to be read."""
+    node = f"node-{_uid()}"
+    _bound_running_pod(shared_apiserver, kubectl, namespace, "marked", node)
+    kubectl.run(
+        "patch",
+        "pod",
+        "marked",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"metadata":{"finalizers":["example.com/hold"]}}',
+    )
+    kubectl.run("create", "pdb", "allow", "--selector=app=guarded", "--min-available=0", "-n", namespace)
+    kubectl.run(
+        "patch",
+        "pdb",
+        "allow",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"observedGeneration":1,"disruptionsAllowed":1,"currentHealthy":1,"desiredHealthy":0,"expectedPods":1}}',
+    )
+    code, _, body = shared_apiserver.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods/marked/eviction",
+        json.dumps({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "marked"}}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    assert code == 201, body
+    pod = json.loads(kubectl.run("get", "pod", "marked", "-n", namespace, "-o", "json").out)
+    assert pod["metadata"]["deletionTimestamp"]
+    (cond,) = [c for c in pod["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "True",
+        "EvictionByEvictionAPI",
+        "Eviction API: evicting",
+    )
+    kubectl.run(
+        "patch", "pod", "marked", "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
+    )
 
 
 def test_binding_and_connect_errors(

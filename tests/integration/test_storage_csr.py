@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,51 @@ def test_static_binding_and_retain(
     assert released["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
 
 
+def test_claim_in_use_is_protected_until_its_pod_goes(
+    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    """Claims and volumes carry the protection finalizers from their creation; deleting a claim a pod uses
+    leaves it Terminating until the pod is gone, then the claim, and its released volume, go."""
+    kubectl.apply(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: "
+        f"prot-{namespace}}}\nprovisioner: vplane.io/local-path\nvolumeBindingMode: Immediate\n"
+    )
+    kubectl.apply(claim_manifest("held", "1Gi", f"prot-{namespace}"), "-n", namespace)
+    pvc = wait_for(lambda: bound(shared_apiserver, namespace, "held"), "bound")
+    assert pvc["metadata"]["finalizers"] == ["kubernetes.io/pvc-protection"]
+    volume_name = pvc["spec"]["volumeName"]
+    pv = get_volume(shared_apiserver, volume_name)
+    assert pv is not None and pv["metadata"]["finalizers"] == ["kubernetes.io/pv-protection"]
+    pod = {
+        "metadata": {"name": "holder"},
+        "spec": {
+            "nodeName": "node-a",
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "held"}}],
+            "containers": [{"name": "c", "image": "nginx"}],
+        },
+    }
+    api(shared_apiserver, "POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+    kubectl.run("delete", "pvc", "held", "-n", namespace, "--wait=false")
+    # a change to the pod makes the controller look at the claim again: it stays
+    kubectl.run("label", "pod", "holder", "-n", namespace, "touched=yes")
+    time.sleep(1)
+    line = kubectl.run("get", "pvc", "held", "-n", namespace, "--no-headers").out.split()
+    assert line[:2] == ["held", "Terminating"]
+    claim = get_claim(shared_apiserver, namespace, "held")
+    assert claim["metadata"]["deletionTimestamp"] and claim["metadata"]["finalizers"] == [
+        "kubernetes.io/pvc-protection"
+    ]
+    kubectl.run("delete", "pod", "holder", "-n", namespace, "--grace-period=0", "--force")
+    wait_for(
+        lambda: (
+            call(shared_apiserver, "GET", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/held")[0]
+            == 404
+        ),
+        "the claim gone with its pod",
+    )
+    wait_for(lambda: get_volume(shared_apiserver, volume_name) is None, "the released volume deleted")
+
+
 # -- CSRs ---------------------------------------------------------------------------------------------------------
 
 
@@ -355,3 +401,60 @@ def test_approving_needs_approve_on_the_signer_and_masters_is_refused(
         f'certificatesigningrequests.certificates.k8s.io "{namespace}-root" is forbidden: use of '
         "kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed",
     )
+
+
+def test_kubelet_client_csr_auto_approved_after_access_review(
+    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    """csrapproving: a kubelet client request from someone a SubjectAccessReview allows to create
+    certificatesigningrequests/nodeclient is approved (AutoApproved, upstream's message) and then signed;
+    one from a requester without that permission stays pending."""
+    usages = ["digital signature", "client auth"]
+    # an account that may create CSRs, but not certificatesigningrequests/nodeclient
+    kubectl.run("create", "serviceaccount", "bootstrapper", "-n", namespace)
+    role = f"csr-create-{namespace}"
+    kubectl.run("create", "clusterrole", role, "--verb=create,get", "--resource=certificatesigningrequests")
+    kubectl.run(
+        "create",
+        "clusterrolebinding",
+        role,
+        f"--clusterrole={role}",
+        f"--serviceaccount={namespace}:bootstrapper",
+    )
+    token = kubectl.run("create", "token", "bootstrapper", "-n", namespace).out.strip()
+    plain, _ = make_request(f"system:node:{namespace}-b", ("system:nodes",))
+    pending = f"{namespace}-unprivileged"
+    code, _, body = shared_apiserver.request(
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        json.dumps(
+            csr_manifest(pending, plain, "kubernetes.io/kube-apiserver-client-kubelet", usages)
+        ).encode(),
+        {"Content-Type": "application/json"},
+        token=token,
+    )
+    assert code == 201, body
+    # the admin may create certificatesigningrequests/nodeclient
+    request, _ = make_request(f"system:node:{namespace}-a", ("system:nodes",))
+    name = f"{namespace}-kubelet"
+    api(
+        shared_apiserver,
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        csr_manifest(name, request, "kubernetes.io/kube-apiserver-client-kubelet", usages),
+    )
+    csr = wait_for(
+        lambda: (c := get_csr(shared_apiserver, name)) and c.get("status", {}).get("certificate") and c,
+        "approved and issued",
+    )
+    (approved,) = [c for c in csr["status"]["conditions"] if c["type"] == "Approved"]
+    assert (approved["status"], approved["reason"], approved["message"]) == (
+        "True",
+        "AutoApproved",
+        "Auto approving kubelet client certificate after SubjectAccessReview.",
+    )
+    time.sleep(1)  # the other request was seen first; it is left to a human
+    left = get_csr(shared_apiserver, pending)
+    assert left is not None and not left.get("status", {}).get("conditions")
+    kubectl.run("delete", "clusterrolebinding", role)
+    kubectl.run("delete", "clusterrole", role)

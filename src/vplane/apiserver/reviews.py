@@ -6,10 +6,13 @@ the request object with ``status`` filled in, as upstream does.
 
 from __future__ import annotations
 
+import base64
+import hmac
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from vplane.apiserver import codec, satokens, timeutil
 from vplane.apiserver.authz import Attributes, forbidden_reason
@@ -20,6 +23,7 @@ from vplane.apiserver.registry import CreateHandler, ResourceType
 from vplane.kube import errors, openapi, structural
 from vplane.kube.objects import Obj
 from vplane.kube.requestinfo import RequestInfo
+from vplane.support import legacytokens
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -55,6 +59,8 @@ class Reviews:
     def __init__(self, server: APIServer) -> None:
         self.server = server
         self.service_account_tokens = satokens.ServiceAccountTokens()
+        self._legacy_key: tuple[bytes, ec.EllipticCurvePublicKey | None] | None = None
+        """The cluster CA's public key, which verifies legacy Secret-based tokens (kept per certificate)."""
         self.kubelets = KubeletClient(server)
         handlers = {
             "selfsubjectaccessreviews": self.self_subject_access_review,
@@ -306,7 +312,48 @@ class Reviews:
         )
 
     async def authenticate_token(self, token: str) -> UserInfo | None:
-        return self.service_account_tokens.lookup(token, self.server.clock(), self._live_account)
+        user = self.service_account_tokens.lookup(token, self.server.clock(), self._live_account)
+        if user is None and token.count(".") == 2:
+            user = self._legacy_token_user(token)
+        return user
+
+    def _legacy_token_user(self, token: str) -> UserInfo | None:
+        """A legacy Secret-based token (``legacytokens``): signed with the cluster CA's key, held by its
+        Secret still, and its account still there with the same UID (upstream's legacy validator)."""
+        ca = self.server.ca
+        if ca is None:
+            return None
+        if self._legacy_key is None or self._legacy_key[0] != ca.cert_pem:
+            self._legacy_key = (ca.cert_pem, legacytokens.public_key_of_certificate(ca.cert_pem))
+        key = self._legacy_key[1]
+        claims = legacytokens.verify(token, key) if key is not None else None
+        if claims is None:
+            return None
+        namespace = claims[legacytokens.NAMESPACE_CLAIM]
+        account = claims[legacytokens.ACCOUNT_NAME_CLAIM]
+        uid = claims[legacytokens.ACCOUNT_UID_CLAIM]
+        secrets_type = self.server.registry.get("", "v1", "secrets")
+        secret = (
+            self.server.objects.get(secrets_type, namespace, claims[legacytokens.SECRET_NAME_CLAIM])
+            if secrets_type is not None
+            else None
+        )
+        if secret is None or secret.get("metadata", {}).get("deletionTimestamp"):
+            return None
+        stored = (secret.get("data") or {}).get("token")
+        try:
+            held = base64.b64decode(stored, validate=True).decode() if isinstance(stored, str) else None
+        except (ValueError, UnicodeDecodeError):
+            held = None
+        if held is None or not hmac.compare_digest(held, token):
+            return None
+        if self._live_account(namespace, account) != uid:
+            return None
+        return UserInfo(
+            f"system:serviceaccount:{namespace}:{account}",
+            uid,
+            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"),
+        )
 
     def _live_account(self, namespace: str, name: str) -> str | None:
         rtype = self.server.registry.get("", "v1", "serviceaccounts")

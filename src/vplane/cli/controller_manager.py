@@ -71,13 +71,16 @@ def apiserver_controller_manager(
 
 def server_local_defaults(data_dir: Path, settings: ControllerManagerSettings) -> dict[str, Any]:
     """What a controller manager beside its API server takes from the server's data directory unless set:
-    where the local-path provisioner keeps volumes, and the cluster CA that signs CSRs."""
+    where the local-path provisioner keeps volumes, and the cluster CA that signs CSRs and legacy tokens."""
     update: dict[str, Any] = {}
     if settings.local_path_root is None:
         update["local_path_root"] = str(data_dir / "volumes")
     if settings.cluster_signing_cert_file is None and settings.cluster_signing_key_file is None:
         update["cluster_signing_cert_file"] = str(data_dir / "pki" / "ca.crt")
         update["cluster_signing_key_file"] = str(data_dir / "pki" / "ca.key")
+    if settings.service_account_private_key_file is None:
+        # the API server verifies legacy token Secrets with its CA's public key
+        update["service_account_private_key_file"] = str(data_dir / "pki" / "ca.key")
     return update
 
 

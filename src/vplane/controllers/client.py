@@ -143,6 +143,10 @@ class KubeAPI(Protocol):
 
     async def replace_status(self, resource: Resource, obj: Obj, *, namespace: str | None = None) -> Obj: ...
 
+    async def replace_subresource(
+        self, resource: Resource, obj: Obj, subresource: str, *, namespace: str | None = None
+    ) -> Obj: ...
+
     async def patch(
         self,
         resource: Resource,
@@ -445,6 +449,24 @@ class KubeClient:
             force=force,
             subresource="status",
         )
+
+    async def replace_subresource(
+        self, resource: Resource, obj: Obj, subresource: str, *, namespace: str | None = None
+    ) -> Obj:
+        """PUT the object to a subresource of its own kind (``certificatesigningrequests/approval``)."""
+        info = lk_resource.ApiInfo(
+            resource=lk_resource.ResourceDef(resource.group, resource.version, resource.kind),
+            plural=resource.plural,
+            verbs=["put"],
+            action=subresource,
+        )
+        base = GenericNamespacedStatus if resource.namespaced else GenericGlobalStatus
+        cls: Any = type(f"{resource.kind}{subresource.capitalize()}", (base,), {"_api_info": info})
+        ns = self._namespace(resource, namespace, obj)
+        body = {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
+        with _errors():
+            replaced = await self._lk.replace(cls(body), self._name(obj), namespace=ns)
+        return _plain(replaced)
 
     async def create_subresource(
         self, resource: Resource, name: str, subresource: str, body: Obj, *, namespace: str | None = None

@@ -350,6 +350,13 @@ def field_invalid(field: str, value: Any, detail: str) -> Cause:
     }
 
 
+def field_invalid_omitted(field: str, detail: str, shown: str | None = None) -> Cause:
+    """``field.Invalid`` with ``field.OmitValueType{}`` (no value printed), or with ``shown`` as the Go
+    rendering of a value ``_render_value`` cannot produce (``[]int32{2, 1}``)."""
+    value = f" {shown}:" if shown is not None else ""
+    return {"reason": "FieldValueInvalid", "message": f"Invalid value:{value} {detail}", "field": field}
+
+
 def field_required(field: str, detail: str = "") -> Cause:
     message = "Required value" + (f": {detail}" if detail else "")
     return {"reason": "FieldValueRequired", "message": message, "field": field}

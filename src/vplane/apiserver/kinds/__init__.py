@@ -27,7 +27,11 @@ from vplane.apiserver.kinds import (
     scheduling,
     storage,
 )
-from vplane.apiserver.kinds.admission import DefaultStorageClassAdmission, PriorityAdmission
+from vplane.apiserver.kinds.admission import (
+    DefaultStorageClassAdmission,
+    PriorityAdmission,
+    StorageObjectInUseProtectionAdmission,
+)
 from vplane.apiserver.kinds.csradmission import CertificateAdmission
 from vplane.apiserver.kinds.limitranger import LimitRanger
 from vplane.apiserver.kinds.subresources import Subresources
@@ -69,6 +73,7 @@ def attach(server: APIServer) -> None:
     Subresources(server).attach()
     server.admission.add(PriorityAdmission(server.registry, server.objects))
     server.admission.add(DefaultStorageClassAdmission(server.registry, server.objects))
+    server.admission.add(StorageObjectInUseProtectionAdmission())
     server.admission.add(certificates.RequesterAdmission())
     server.admission.add(CertificateAdmission(server.authorize))
     limit_ranger = LimitRanger(server)

@@ -1,4 +1,5 @@
-"""Built-in admission for the kinds declared here (upstream's Priority and DefaultStorageClass plug-ins).
+"""Built-in admission for the kinds declared here (upstream's Priority, DefaultStorageClass and
+StorageObjectInUseProtection plug-ins).
 
 They run after validation, before a write is stored, and read other objects from the server's cache.
 """
@@ -121,3 +122,28 @@ class DefaultStorageClassAdmission:
                 ),
             )
             spec["storageClassName"] = d(newest.get("metadata")).get("name")
+
+
+PROTECTION_FINALIZERS = {
+    "persistentvolumeclaims": "kubernetes.io/pvc-protection",
+    "persistentvolumes": "kubernetes.io/pv-protection",
+}
+
+
+class StorageObjectInUseProtectionAdmission:
+    """New claims and volumes get their protection finalizer, which the ``pvc-protection`` and
+    ``pv-protection`` controllers remove once nothing uses the object."""
+
+    async def admit(self, request: AdmissionRequest) -> None:
+        rtype = request.rtype
+        finalizer = PROTECTION_FINALIZERS.get(rtype.resource) if not rtype.group else None
+        if finalizer is None or request.operation != "CREATE" or request.obj is None:
+            return
+        meta = request.obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            return
+        finalizers = meta.get("finalizers")
+        if not isinstance(finalizers, list):
+            finalizers = []
+        if finalizer not in finalizers:
+            meta["finalizers"] = [*finalizers, finalizer]

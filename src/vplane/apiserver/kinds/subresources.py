@@ -182,6 +182,8 @@ class Subresources:
                 if budget == "checked" and not options.precondition_rv:
                     options.precondition_rv = str(kv.mod_revision)
             try:
+                if not ctx.dry_run:
+                    await self._mark_disruption_target(ctx, rtype, info, options)
                 await self.objects.delete(ctx, rtype, info.namespace, info.name, options)
             except errors.StatusError as exc:
                 if exc.code == 409 and options.precondition_rv == str(kv.mod_revision):
@@ -190,6 +192,47 @@ class Subresources:
                 raise
             return json_response(orjson.dumps(success_status(201)), 201, ctx)
         raise errors.too_many_requests(DISRUPTION_BUDGET_MESSAGE, 1)
+
+    async def _mark_disruption_target(
+        self, ctx: RequestContext, rtype: ResourceType, info: RequestInfo, options: DeleteOptions
+    ) -> None:
+        """Upstream's ``addConditionAndDeletePod``: the pod gets ``DisruptionTarget=True``
+        (``EvictionByEvictionAPI``) before it is deleted, so a Job's pod failure policy can tell an
+        eviction from a crash. The delete's preconditions hold for this write, and a version the budget
+        check pinned moves on to the version written here."""
+        now = timeutil.rfc3339(self.server.clock())
+
+        def mark(current: Obj) -> Obj:
+            meta = d(current.get("metadata"))
+            if options.precondition_uid and options.precondition_uid != meta.get("uid"):
+                raise errors.conflict(rtype.resource, info.name, rtype.group)
+            if options.precondition_rv and options.precondition_rv != str(meta.get("resourceVersion")):
+                raise errors.conflict(rtype.resource, info.name, rtype.group)
+            status = current.setdefault("status", {})
+            conditions = [c for c in lst(status.get("conditions")) if d(c).get("type") != "DisruptionTarget"]
+            previous = next(
+                (c for c in lst(status.get("conditions")) if d(c).get("type") == "DisruptionTarget"), None
+            )
+            changed = previous is None or d(previous).get("status") != "True"
+            conditions.append(
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now if changed else d(previous).get("lastTransitionTime"),
+                    "reason": "EvictionByEvictionAPI",
+                    "message": "Eviction API: evicting",
+                }
+            )
+            status["conditions"] = conditions
+            meta.pop("resourceVersion", None)
+            return current
+
+        updated = await self.objects.guaranteed_update(
+            ctx, rtype, info.namespace, info.name, mark, subresource="status"
+        )
+        if options.precondition_rv:
+            options.precondition_rv = str(d(updated.get("metadata")).get("resourceVersion", ""))
 
     @staticmethod
     def _ignores_budgets(pod: Obj) -> bool:

@@ -10,6 +10,12 @@ subject alternative names, carries exactly the requested usages, starts five min
 lasts ``expirationSeconds`` (at least 10 minutes) capped at ``cluster_signing_duration_seconds`` (one
 year), less the five minutes when it lasts 8 hours or more, and never past the CA.
 
+``csrapproving`` approves kubelet client requests (signer ``kubernetes.io/kube-apiserver-client-kubelet``,
+a valid kubelet client request) when a SubjectAccessReview for the requester allows ``create`` on
+``certificatesigningrequests/selfnodeclient`` (a node renewing its own certificate: the requester is the
+common name) or ``certificatesigningrequests/nodeclient`` (a bootstrapper asking for a node), with
+upstream's ``AutoApproved`` condition and messages; anything else is left to a human.
+
 ``csrcleaner`` deletes requests that are done with: approved or denied or failed for an hour, pending for
 a day, or whose certificate has expired (each deadline a setting).
 """
@@ -290,6 +296,76 @@ def cleanup_at(csr: Obj, deadlines: CleanerDeadlines) -> float | None:
     return min(candidates) if candidates else None
 
 
+# -- auto-approval (upstream ``approver/sarapprove.go``) ----------------------------------------------------------
+
+SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io/v1", "SubjectAccessReview", "subjectaccessreviews", namespaced=False
+)
+SELF_NODE_CLIENT = (
+    "selfnodeclient",
+    "Auto approving self kubelet client certificate after SubjectAccessReview.",
+)
+NODE_CLIENT = ("nodeclient", "Auto approving kubelet client certificate after SubjectAccessReview.")
+
+
+def decided(csr: Obj) -> bool:
+    return condition(csr, "Approved") is not None or condition(csr, "Denied") is not None
+
+
+def approval_candidates(csr: Obj, request: x509.CertificateSigningRequest) -> list[tuple[str, str]]:
+    """The (subresource, approval message) pairs to ask about, in upstream's order: a kubelet client
+    request is a ``nodeclient`` one, and a ``selfnodeclient`` one first when its requester is the common
+    name it asks for."""
+    spec = podutil.spec(csr)
+    if spec.get("signerName") != KUBELET_CLIENT:
+        return []
+    if validate(KUBELET_CLIENT, request, [str(u) for u in spec.get("usages") or ()]) is not None:
+        return []
+    found = []
+    if spec.get("username") == _common_name(request):
+        found.append(SELF_NODE_CLIENT)
+    found.append(NODE_CLIENT)
+    return found
+
+
+def access_review(csr: Obj, subresource: str) -> Obj:
+    """The SubjectAccessReview asking whether the requester may ``create`` the subresource."""
+    spec = podutil.spec(csr)
+    review_spec: Obj = {
+        "user": spec.get("username") or "",
+        "groups": list(spec.get("groups") or ()),
+        "resourceAttributes": {
+            "group": "certificates.k8s.io",
+            "resource": "certificatesigningrequests",
+            "verb": "create",
+            "subresource": subresource,
+            "version": "*",
+        },
+    }
+    if spec.get("uid"):
+        review_spec["uid"] = spec["uid"]
+    if spec.get("extra"):
+        review_spec["extra"] = spec["extra"]
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": review_spec}
+
+
+def approved(csr: Obj, message: str, now: float) -> Obj:
+    stamp = format_time(now)
+    status = dict(podutil.status(csr))
+    status["conditions"] = [
+        *(status.get("conditions") or []),
+        {
+            "type": "Approved",
+            "status": "True",
+            "reason": "AutoApproved",
+            "message": message,
+            "lastUpdateTime": stamp,
+            "lastTransitionTime": stamp,
+        },
+    ]
+    return {**csr, "status": status}
+
+
 # -- the controllers --------------------------------------------------------------------------------------------
 
 
@@ -382,4 +458,43 @@ class CSRCleanerController(ManagedController):
             if exc.code != 404:
                 raise
         self.log.info("cleaned up a certificate signing request", name=podutil.name_of(csr))
+        return None
+
+
+class CSRApprovingController(ManagedController):
+    name = "csrapproving"
+
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.csrs = ctx.informers.informer(CSRS)
+        super().__init__(ctx, self.csrs, [], 5)  # upstream runs five approving workers
+
+    async def reconcile(self, key: str) -> float | None:
+        csr = self.csrs.get(key)
+        if csr is None or podutil.status(csr).get("certificate") or decided(csr):
+            return None
+        try:
+            request = parse_request(csr)
+        except ValueError as exc:
+            raise RuntimeError(f'unable to parse csr "{podutil.name_of(csr)}": {exc}') from exc
+        tried = []
+        for subresource, message in approval_candidates(csr, request):
+            tried.append(subresource)
+            review = await self.client.create(SUBJECT_ACCESS_REVIEWS, access_review(csr, subresource))
+            if (review.get("status") or {}).get("allowed") is True:
+                try:
+                    await self.client.replace_subresource(
+                        CSRS, approved(csr, message, self.clock()), "approval"
+                    )
+                except StatusError as exc:
+                    if exc.code == 404:
+                        return None
+                    raise
+                return None
+        if tried:
+            # upstream's IgnorableError: logged, not retried (a new version of the request comes back)
+            self.log.info(
+                "recognized csr but subject access review was not approved",
+                csr=podutil.name_of(csr),
+                tried=tried,
+            )
         return None

@@ -58,6 +58,10 @@ class SyncState:
     terminating: int = 0
     prev_succeeded_indexes: ju.Intervals = field(default_factory=list)
     succeeded_indexes: ju.Intervals = field(default_factory=list)
+    failed_indexes: ju.Intervals | None = None
+    """With ``backoffLimitPerIndex``: the indexes that have failed (None otherwise)."""
+    delayed: dict[int, Obj] = field(default_factory=dict)
+    """With ``backoffLimitPerIndex``: per index, the failed pod whose finalizer waits for a replacement."""
 
 
 def _status(job: Obj) -> Obj:
@@ -322,7 +326,11 @@ class JobController(ManagedController):
         state.succeeded = (
             int(status.get("succeeded") or 0) + len(new_succeeded) + len(state.uncounted_succeeded)
         )
-        state.failed = int(status.get("failed") or 0) + len(new_failed) + len(state.uncounted_failed)
+        state.failed = (
+            int(status.get("failed") or 0)
+            + ju.counted_failures(job, new_failed)
+            + len(state.uncounted_failed)
+        )
         if not status.get("startTime") and not ju.is_suspended(job):
             status["startTime"] = format_time(now)
         state.backoff = ju.new_backoff_record(state.backoff, new_succeeded, new_failed)
@@ -334,6 +342,13 @@ class JobController(ManagedController):
                 state.finished = ju.new_condition(
                     ju.FAILED, "True", str(target.get("reason") or ""), str(target.get("message") or ""), now
                 )
+            else:
+                message = ju.fail_job_message(job, pods)
+                if message is not None:
+                    # FailureTarget first records the message before the pods' finalizers go
+                    state.finished = ju.new_condition(
+                        ju.FAILURE_TARGET, "True", ju.POD_FAILURE_POLICY, message, now
+                    )
         if state.finished is None:
             if state.failed > ju.backoff_limit(job) or ju.past_backoff_limit_on_failure(job, pods):
                 state.finished = ju.new_condition(ju.FAILURE_TARGET, "True", *ju.BACKOFF_LIMIT_EXCEEDED, now)
@@ -346,6 +361,7 @@ class JobController(ManagedController):
         if ju.is_indexed(job):
             state.prev_succeeded_indexes, state.succeeded_indexes = ju.succeeded_indexes(job, pods)
             state.succeeded = ju.intervals_total(state.succeeded_indexes)
+            self._check_indexes(state, now)
 
         manage_error: Exception | None = None
         suspend_changed = False
@@ -395,6 +411,34 @@ class JobController(ManagedController):
         if manage_error is not None:
             raise manage_error
         return None
+
+    @staticmethod
+    def _check_indexes(state: SyncState, now: float) -> None:
+        """Indexed Jobs: failed indexes (``backoffLimitPerIndex``: too many is ``MaxFailedIndexesExceeded``,
+        all indexes done with some failed is ``FailedIndexes``), then the success policy."""
+        job = state.job
+        if ju.has_backoff_limit_per_index(job):
+            state.failed_indexes = ju.failed_indexes(job, state.pods)
+            failed_total = ju.intervals_total(state.failed_indexes)
+            if state.finished is None:
+                most = ju.spec(job).get("maxFailedIndexes")
+                if isinstance(most, int) and failed_total > most:
+                    state.finished = ju.new_condition(
+                        ju.FAILURE_TARGET, "True", *ju.MAX_FAILED_INDEXES_EXCEEDED, now
+                    )
+                elif failed_total > 0 and failed_total + ju.intervals_total(state.succeeded_indexes) >= (
+                    ju.completions(job) or 0
+                ):
+                    state.finished = ju.new_condition(ju.FAILURE_TARGET, "True", *ju.FAILED_INDEXES, now)
+            state.delayed = ju.pods_with_delayed_deletion(
+                job, state.pods, state.succeeded_indexes, state.failed_indexes, state.active_pods
+            )
+        if state.finished is None:
+            message = ju.match_success_policy(job, state.succeeded_indexes)
+            if message is not None:
+                state.finished = ju.new_condition(
+                    ju.SUCCESS_CRITERIA_MET, "True", ju.SUCCESS_POLICY, message, now
+                )
 
     def _note_suspension(self, job: Obj, now: float) -> bool:
         """The ``Suspended`` condition and events; resuming restarts ``startTime`` (the deadline counts
@@ -482,7 +526,9 @@ class JobController(ManagedController):
             state.ready -= removed_ready
             return active - removed, error
         wanted = ju.want_active(job, state.succeeded, active)
-        doomed = ju.active_pods_for_removal(job, state.active_pods, max(active - wanted, 0), self.clock())
+        doomed = ju.active_pods_for_removal(
+            job, state.active_pods, max(active - wanted, 0), self.clock(), state.failed_indexes
+        )
         doomed = doomed[: settings.job_max_pod_create_delete_per_sync]
         if doomed:
             self.expectations.expect_deletions(key, [object_key(p) for p in doomed])
@@ -494,22 +540,26 @@ class JobController(ManagedController):
         diff = wanted - terminating - active
         if diff <= 0:
             return active, None
-        remaining = ju.remaining_backoff(
-            state.backoff,
-            self.clock(),
-            settings.job_pod_failure_backoff_seconds,
-            settings.job_pod_failure_backoff_max_seconds,
-        )
-        if remaining > 0:
-            self.enqueue_after(key, max(remaining, settings.job_sync_batch_seconds))
-            return active, None
+        per_index = ju.has_backoff_limit_per_index(job)
+        if not per_index:  # each index has its own back-off instead
+            remaining = ju.remaining_backoff(
+                state.backoff,
+                self.clock(),
+                settings.job_pod_failure_backoff_seconds,
+                settings.job_pod_failure_backoff_max_seconds,
+            )
+            if remaining > 0:
+                self.enqueue_after(key, max(remaining, settings.job_sync_batch_seconds))
+                return active, None
         diff = min(diff, settings.job_max_pod_create_delete_per_sync)
         indexes: list[int | None] = [None] * diff
         if ju.is_indexed(job):
             terminating_pods = [p for p in state.pods if ju.is_terminating(p)]
             found = ju.first_pending_indexes(
-                job, state.succeeded_indexes, state.active_pods, terminating_pods, diff
+                job, state.succeeded_indexes, state.active_pods, terminating_pods, diff, state.failed_indexes
             )
+            if per_index:
+                found = self._indexes_past_backoff(key, state, found)
             indexes = [ix for ix in found]
             diff = len(indexes)
         if diff == 0:
@@ -521,7 +571,11 @@ class JobController(ManagedController):
         for size in slow_start_batches(diff, settings.slow_start_initial_batch):
             batch, pending = pending[:size], pending[size:]
             results = await asyncio.gather(
-                *(self._create_pod(job, ix) for ix in batch), return_exceptions=True
+                *(
+                    self._create_pod(job, ix, state.delayed.get(ix) if ix is not None else None)
+                    for ix in batch
+                ),
+                return_exceptions=True,
             )
             errors: list[Exception] = []
             for result in results:
@@ -540,8 +594,29 @@ class JobController(ManagedController):
                 break
         return active, first_error
 
-    async def _create_pod(self, job: Obj, index: int | None) -> None:
-        pod = ju.pod_for(job, index)
+    def _indexes_past_backoff(self, key: str, state: SyncState, indexes: list[int]) -> list[int]:
+        """``getPodCreationInfoForIndependentIndexes``: the indexes whose own back-off is over; the sync
+        comes back when the soonest of the others is."""
+        now, settings = self.clock(), self.settings
+        ready: list[int] = []
+        soonest: float | None = None
+        for ix in indexes:
+            left = ju.remaining_backoff_for_index(
+                state.delayed.get(ix),
+                now,
+                settings.job_pod_failure_backoff_seconds,
+                settings.job_pod_failure_backoff_max_seconds,
+            )
+            if left <= 0:
+                ready.append(ix)
+            elif soonest is None or left < soonest:
+                soonest = left
+        if soonest is not None:
+            self.enqueue_after(key, max(soonest, settings.job_sync_batch_seconds))
+        return ready
+
+    async def _create_pod(self, job: Obj, index: int | None, replaced: Obj | None = None) -> None:
+        pod = ju.pod_for(job, index, replaced)
         try:
             created = await self.client.create(PODS, pod, namespace=podutil.namespace_of(job))
         except StatusError as exc:
@@ -620,7 +695,11 @@ class JobController(ManagedController):
     def _can_remove_finalizer(self, state: SyncState, pod: Obj, failed: bool) -> bool:
         if podutil.is_deleting(state.job) or state.finished is not None or podutil.phase(pod) == "Succeeded":
             return True
-        return failed
+        if not failed:
+            return False
+        # a failed pod whose index waits for a replacement keeps the finalizer (its counts are read)
+        delayed = state.delayed.get(ju.completion_index(pod))
+        return delayed is None or podutil.uid_of(delayed) != podutil.uid_of(pod)
 
     async def _track_status(self, key: str, state: SyncState, needs_flush: bool) -> None:
         """``trackJobStatusAndRemoveFinalizers``: uncounted UIDs first, then finalizers, then counters, then
@@ -657,7 +736,11 @@ class JobController(ManagedController):
                     needs_flush = True
                     uncounted.setdefault("succeeded", []).append(uid)
             elif failed or (state.finished is not None and state.finished["type"] != ju.SUCCESS_CRITERIA_MET):
-                if uid not in state.uncounted_failed and (not indexed or ju.valid_index(job, pod)):
+                if (
+                    uid not in state.uncounted_failed
+                    and (not indexed or ju.valid_index(job, pod))
+                    and ju.match_pod_failure_policy(job, pod).counts  # Ignore: not a failure
+                ):
                     needs_flush = True
                     uncounted.setdefault("failed", []).append(uid)
             counted = (
@@ -674,6 +757,12 @@ class JobController(ManagedController):
                 needs_flush = True
             status["succeeded"] = ju.intervals_total(state.succeeded_indexes)
             status["completedIndexes"] = text
+            failed_text = (
+                ju.format_intervals(state.failed_indexes) if state.failed_indexes is not None else None
+            )
+            if failed_text != status.get("failedIndexes"):
+                status["failedIndexes"] = failed_text
+                needs_flush = True
         now = self.clock()
         if state.finished is not None and state.finished["type"] == ju.FAILURE_TARGET:
             status["conditions"] = [*ju.conditions(job), state.finished]

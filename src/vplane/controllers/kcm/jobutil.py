@@ -35,6 +35,17 @@ SUCCESS_CRITERIA_MET = "SuccessCriteriaMet"
 COMPLETIONS_REACHED = ("CompletionsReached", "Reached expected number of succeeded pods")
 BACKOFF_LIMIT_EXCEEDED = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
 DEADLINE_EXCEEDED = ("DeadlineExceeded", "Job was active longer than specified deadline")
+POD_FAILURE_POLICY = "PodFailurePolicy"
+MAX_FAILED_INDEXES_EXCEEDED = (
+    "MaxFailedIndexesExceeded",
+    "Job has exceeded the specified maximal number of failed indexes",
+)
+FAILED_INDEXES = ("FailedIndexes", "Job has failed indexes")
+SUCCESS_POLICY = "SuccessPolicy"
+INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+"""Failures of earlier pods of the same index that counted towards ``backoffLimitPerIndex``."""
+INDEX_IGNORED_FAILURE_COUNT = "batch.kubernetes.io/job-index-ignored-failure-count"
+"""Failures of earlier pods of the same index that a pod failure policy ``Ignore`` rule matched."""
 
 
 # -- the Job's own fields ---------------------------------------------------------------------------------
@@ -74,6 +85,10 @@ def managed_elsewhere(job: Obj) -> str | None:
     """The external controller named in ``spec.managedBy``, if it is not this one."""
     value = spec(job).get("managedBy")
     return str(value) if isinstance(value, str) and value != JOB_CONTROLLER else None
+
+
+def has_backoff_limit_per_index(job: Obj) -> bool:
+    return is_indexed(job) and _int(spec(job).get("backoffLimitPerIndex")) is not None
 
 
 def only_replace_failed_pods(job: Obj) -> bool:
@@ -357,10 +372,15 @@ def succeeded_indexes(job: Obj, pods: Iterable[Obj]) -> tuple[Intervals, Interva
 
 
 def first_pending_indexes(
-    job: Obj, succeeded: Intervals, active: Iterable[Obj], terminating: Iterable[Obj], count: int
+    job: Obj,
+    succeeded: Intervals,
+    active: Iterable[Obj],
+    terminating: Iterable[Obj],
+    count: int,
+    failed: Intervals | None = None,
 ) -> list[int]:
-    """``firstPendingIndexes``: the lowest ``count`` indexes neither succeeded nor running (nor, when only
-    failed pods are replaced, still terminating)."""
+    """``firstPendingIndexes``: the lowest ``count`` indexes neither succeeded, failed (with
+    ``backoffLimitPerIndex``) nor running (nor, when only failed pods are replaced, still terminating)."""
     total = completions(job) or 0
     taken = {completion_index(p) for p in active} - {UNKNOWN_INDEX}
     if only_replace_failed_pods(job):
@@ -368,6 +388,8 @@ def first_pending_indexes(
     result: list[int] = []
     candidate = 0
     blocked = with_indexes(succeeded, taken)
+    for first, last in failed or ():
+        blocked = with_indexes(blocked, range(first, last + 1))
     for first, last in blocked:
         while candidate < total and len(result) < count and candidate < first:
             result.append(candidate)
@@ -387,9 +409,11 @@ def _sorted_for_removal(pods: Sequence[Obj], now: float) -> list[Obj]:
     return podutil.pods_to_delete(list(pods), [], len(pods), now) if len(pods) > 1 else list(pods)
 
 
-def active_pods_for_removal(job: Obj, pods: Sequence[Obj], rm_at_least: int, now: float) -> list[Obj]:
-    """``activePodsForRemoval``: for Indexed Jobs first pods without a valid index and all but one pod of
-    a repeated index, then the earliest in lifecycle until ``rm_at_least`` are chosen."""
+def active_pods_for_removal(
+    job: Obj, pods: Sequence[Obj], rm_at_least: int, now: float, failed: Intervals | None = None
+) -> list[Obj]:
+    """``activePodsForRemoval``: for Indexed Jobs first pods without a valid index, of a failed index and
+    all but one pod of a repeated index, then the earliest in lifecycle until ``rm_at_least`` are chosen."""
     remove: list[Obj] = []
     left: list[Obj] = []
     if is_indexed(job):
@@ -399,7 +423,7 @@ def active_pods_for_removal(job: Obj, pods: Sequence[Obj], rm_at_least: int, now
             groups.setdefault(completion_index(pod), []).append(pod)
         for ix in sorted(groups):
             group = groups[ix]
-            if ix == UNKNOWN_INDEX or ix >= total:
+            if ix == UNKNOWN_INDEX or ix >= total or intervals_has(failed or [], ix):
                 remove += group
             elif len(group) == 1:
                 left.append(group[0])
@@ -421,6 +445,252 @@ def want_active(job: Obj, succeeded: int, active: int) -> int:
     if total is None:
         return active if succeeded > 0 else parallelism(job)
     return max(min(total - succeeded, parallelism(job)), 0)
+
+
+# -- the pod failure policy ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyMatch:
+    """What ``podFailurePolicy`` says about one failed pod (upstream's ``matchPodFailurePolicy``):
+    ``fail_job_message`` for a ``FailJob`` rule, whether the failure counts towards the back-off limits
+    (not for ``Ignore``), and the matched action (None when no rule matched)."""
+
+    fail_job_message: str | None = None
+    counts: bool = True
+    action: str | None = None
+
+
+def _exit_codes_match(code: int, requirement: Obj) -> bool:
+    values = [v for v in requirement.get("values") or () if isinstance(v, int)]
+    operator = requirement.get("operator")
+    if operator == "In":
+        return code in values
+    if operator == "NotIn":
+        return code not in values
+    return False
+
+
+def _matching_container(statuses: object, requirement: Obj) -> tuple[str, int] | None:
+    """The first terminated container with a non-zero exit code the requirement matches."""
+    wanted = requirement.get("containerName")
+    for cs in statuses if isinstance(statuses, list) else ():
+        if not isinstance(cs, dict):
+            continue
+        terminated = (cs.get("state") or {}).get("terminated")
+        if not isinstance(terminated, dict):
+            continue  # still terminating: no exit code yet
+        if wanted is not None and wanted != cs.get("name"):
+            continue
+        code = _int(terminated.get("exitCode")) or 0
+        if code != 0 and _exit_codes_match(code, requirement):
+            return str(cs.get("name") or ""), code
+    return None
+
+
+def _matching_condition(pod: Obj, patterns: list[Obj]) -> str | None:
+    for cond in podutil.status(pod).get("conditions") or ():
+        if not isinstance(cond, dict):
+            continue
+        for pattern in patterns:
+            # the API server defaults a pattern's status to True
+            if cond.get("type") == pattern.get("type") and cond.get("status") == (
+                pattern.get("status") or "True"
+            ):
+                return str(cond.get("type"))
+    return None
+
+
+def match_pod_failure_policy(job: Obj, pod: Obj) -> PolicyMatch:
+    """The first rule (in order) whose ``onExitCodes`` (app containers, then init containers) or
+    ``onPodConditions`` matches the failed pod decides; unknown actions are skipped, as upstream."""
+    policy = spec(job).get("podFailurePolicy")
+    if not isinstance(policy, dict):
+        return PolicyMatch()
+    namespace, name = podutil.namespace_of(pod), podutil.name_of(pod)
+    status = podutil.status(pod)
+    for index, rule in enumerate(policy.get("rules") or ()):
+        if not isinstance(rule, dict):
+            continue
+        action = rule.get("action")
+        on_codes = rule.get("onExitCodes")
+        on_conditions = rule.get("onPodConditions")
+        message: str
+        if isinstance(on_codes, dict):
+            found = _matching_container(status.get("containerStatuses"), on_codes) or _matching_container(
+                status.get("initContainerStatuses"), on_codes
+            )
+            if found is None:
+                continue
+            message = (
+                f"Container {found[0]} for pod {namespace}/{name} failed with exit code {found[1]} "
+                f"matching {action} rule at index {index}"
+            )
+        elif isinstance(on_conditions, list):
+            cond_type = _matching_condition(pod, [p for p in on_conditions if isinstance(p, dict)])
+            if cond_type is None:
+                continue
+            message = (
+                f"Pod {namespace}/{name} has condition {cond_type} matching {action} rule at index {index}"
+            )
+        else:
+            continue
+        if action == "Ignore":
+            return PolicyMatch(None, False, "Ignore")
+        if action == "Count":
+            return PolicyMatch(None, True, "Count")
+        if action == "FailIndex":
+            return PolicyMatch(None, True, "FailIndex")
+        if action == "FailJob":
+            return PolicyMatch(message, True, "FailJob")
+    return PolicyMatch()
+
+
+def fail_job_message(job: Obj, pods: Iterable[Obj]) -> str | None:
+    """``getFailJobMessage``: the message of the first failed pod a ``FailJob`` rule matches."""
+    if not isinstance(spec(job).get("podFailurePolicy"), dict):
+        return None
+    for pod in pods:
+        if is_pod_failed(pod, job):
+            message = match_pod_failure_policy(job, pod).fail_job_message
+            if message is not None:
+                return message
+    return None
+
+
+def counted_failures(job: Obj, failed: Iterable[Obj]) -> int:
+    """``nonIgnoredFailedPodsCount``: failed pods an ``Ignore`` rule does not exempt."""
+    return sum(1 for p in failed if match_pod_failure_policy(job, p).counts)
+
+
+# -- backoffLimitPerIndex -------------------------------------------------------------------------------------
+
+
+def _count_annotation(pod: Obj, key: str) -> int:
+    try:
+        value = int(podutil.annotations_of(pod).get(key) or 0)
+    except (TypeError, ValueError):
+        return 0
+    return max(value, 0)
+
+
+def index_failure_count(pod: Obj) -> int:
+    return _count_annotation(pod, INDEX_FAILURE_COUNT)
+
+
+def index_absolute_failure_count(pod: Obj) -> int:
+    """Counted and ignored failures of the index before this pod: what its back-off runs on."""
+    return _count_annotation(pod, INDEX_FAILURE_COUNT) + _count_annotation(pod, INDEX_IGNORED_FAILURE_COUNT)
+
+
+def new_index_failure_counts(job: Obj, replaced: Obj | None) -> tuple[int, int]:
+    """``getNewIndexFailureCounts``: the (counted, ignored) failures a replacement for ``replaced`` carries."""
+    if replaced is None:
+        return 0, 0
+    counted = index_failure_count(replaced)
+    ignored = _count_annotation(replaced, INDEX_IGNORED_FAILURE_COUNT)
+    if match_pod_failure_policy(job, replaced).counts:
+        counted += 1
+    else:
+        ignored += 1
+    return counted, ignored
+
+
+def is_index_failed(job: Obj, pod: Obj) -> bool:
+    """``isIndexFailed``: a ``FailIndex`` rule matched the failed pod, or its counted failure was the last
+    ``backoffLimitPerIndex`` allows."""
+    if not is_pod_failed(pod, job):
+        return False
+    match = match_pod_failure_policy(job, pod)
+    if match.action == "FailIndex":
+        return True
+    limit = _int(spec(job).get("backoffLimitPerIndex")) or 0
+    return match.counts and index_failure_count(pod) >= limit
+
+
+def failed_indexes(job: Obj, pods: Iterable[Obj]) -> Intervals:
+    """``calculateFailedIndexes``: ``status.failedIndexes`` plus the indexes of pods that failed them."""
+    total = completions(job) or 0
+    previous = parse_indexes(podutil.status(job).get("failedIndexes"), total)
+    new = [completion_index(p) for p in pods if valid_index(job, p) and is_index_failed(job, p)]
+    return with_indexes(previous, new)
+
+
+def pods_with_delayed_deletion(
+    job: Obj, pods: Iterable[Obj], succeeded: Intervals, failed: Intervals, active: Iterable[Obj]
+) -> dict[int, Obj]:
+    """``getPodsWithDelayedDeletionPerIndex``: per index not yet finished and without an active pod, its
+    latest failed pod (by failure count, then finish time). It keeps its tracking finalizer until a
+    replacement exists, because the replacement's failure-count annotations are computed from it."""
+    running = {completion_index(p) for p in active}
+    result: dict[int, Obj] = {}
+    for pod in pods:
+        if not has_finalizer(pod) or not is_pod_failed(pod, job) or not valid_index(job, pod):
+            continue
+        ix = completion_index(pod)
+        if intervals_has(succeeded, ix) or intervals_has(failed, ix) or ix in running:
+            continue
+        last = result.get(ix)
+        if last is None or (
+            index_absolute_failure_count(last) <= index_absolute_failure_count(pod)
+            and finished_time(pod) >= finished_time(last)
+        ):
+            result[ix] = pod
+    return result
+
+
+def remaining_backoff_for_index(last_failed: Obj | None, now: float, base: float, maximum: float) -> float:
+    """``getRemainingTimePerIndex``: an index's own back-off after its latest failed pod."""
+    if last_failed is None:
+        return 0.0
+    failures = index_absolute_failure_count(last_failed) + 1
+    delay = backoff_delay(failures, base, maximum)
+    elapsed = now - finished_time(last_failed)
+    return 0.0 if delay < elapsed else delay - elapsed
+
+
+# -- the success policy ---------------------------------------------------------------------------------------
+
+
+def _overlap_with_rule(rule: Intervals, succeeded: Intervals) -> int:
+    """How many of the rule's indexes succeeded (both lists ordered and disjoint)."""
+    contains = r = s = 0
+    while r < len(rule) and s < len(succeeded):
+        overlap = min(rule[r][1], succeeded[s][1]) - max(rule[r][0], succeeded[s][0]) + 1
+        if overlap > 0:
+            contains += overlap
+        if succeeded[s][1] < rule[r][1]:
+            s += 1
+        else:
+            r += 1
+    return contains
+
+
+def match_success_policy(job: Obj, succeeded: Intervals) -> str | None:
+    """``matchSuccessPolicy``: the condition message (``Matched rules at index N``) of the first rule the
+    succeeded indexes satisfy: all of its ``succeededIndexes``, or ``succeededCount`` of them (of any
+    index when the rule names none)."""
+    policy = spec(job).get("successPolicy")
+    if not isinstance(policy, dict) or not succeeded:
+        return None
+    total = completions(job) or 0
+    for index, rule in enumerate(policy.get("rules") or ()):
+        if not isinstance(rule, dict):
+            continue
+        count = _int(rule.get("succeededCount"))
+        wanted_text = rule.get("succeededIndexes")
+        if isinstance(wanted_text, str):
+            wanted = parse_indexes(wanted_text, total)
+            if not wanted:
+                continue
+            contains = _overlap_with_rule(wanted, succeeded)
+            if (count is None and contains == intervals_total(wanted)) or (
+                count is not None and contains >= count
+            ):
+                return f"Matched rules at index {index}"
+        elif count is not None and intervals_total(succeeded) >= count:
+            return f"Matched rules at index {index}"
+    return None
 
 
 # -- the pods a Job makes --------------------------------------------------------------------------------
@@ -446,10 +716,11 @@ def _add_index_env(container: Obj) -> None:
     )
 
 
-def pod_for(job: Obj, index: int | None) -> Obj:
+def pod_for(job: Obj, index: int | None, replaced: Obj | None = None) -> Obj:
     """The pod a Job creates: its template, the tracking finalizer, a controller reference, ``generateName``
     ``<job>-`` (``<job>-<index>-`` with the index annotation, label, hostname and the
-    ``JOB_COMPLETION_INDEX`` variable in every container for Indexed Jobs)."""
+    ``JOB_COMPLETION_INDEX`` variable in every container for Indexed Jobs; with ``backoffLimitPerIndex``
+    the index's failure counts, carried on from the failed pod it ``replaced``)."""
     template = copy.deepcopy(spec(job).get("template") or {})
     tspec = template.setdefault("spec", {})
     if is_indexed(job):
@@ -470,6 +741,11 @@ def pod_for(job: Obj, index: int | None) -> Obj:
         pod["metadata"].setdefault("labels", {})[COMPLETION_INDEX] = str(index)
         pod["spec"]["hostname"] = f"{name}-{index}"
         pod["metadata"]["generateName"] = generate_name_with_index(name, index)
+        if has_backoff_limit_per_index(job):
+            counted, ignored = new_index_failure_counts(job, replaced)
+            pod["metadata"]["annotations"][INDEX_FAILURE_COUNT] = str(counted)
+            if ignored > 0:
+                pod["metadata"]["annotations"][INDEX_IGNORED_FAILURE_COUNT] = str(ignored)
     return pod
 
 

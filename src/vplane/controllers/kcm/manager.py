@@ -16,7 +16,12 @@ from dataclasses import dataclass
 import structlog
 
 from vplane.controllers.client import KubeAPI, Resource, TransportError
-from vplane.controllers.kcm.certificates import CSRS, CSRCleanerController, CSRSigningController
+from vplane.controllers.kcm.certificates import (
+    CSRS,
+    CSRApprovingController,
+    CSRCleanerController,
+    CSRSigningController,
+)
 from vplane.controllers.kcm.context import Clock, ControllerContext, ManagedController
 from vplane.controllers.kcm.cronjob import CronJobController
 from vplane.controllers.kcm.cronjobutil import CRONJOBS
@@ -37,6 +42,8 @@ from vplane.controllers.kcm.resources import REPLICATIONCONTROLLERS
 from vplane.controllers.kcm.serviceaccounts import RootCAPublisher, ServiceAccountsController
 from vplane.controllers.kcm.settings import ControllerManagerSettings
 from vplane.controllers.kcm.statefulset import StatefulSetController
+from vplane.controllers.kcm.storageprotection import PVCProtectionController, PVProtectionController
+from vplane.controllers.kcm.tokens import TokensController
 from vplane.controllers.kcm.ttlafterfinished import TTLAfterFinishedController
 from vplane.kube.errors import StatusError
 
@@ -49,6 +56,8 @@ class ControllerSpec:
     requires: Resource | None = None
     """A kind the server may not serve yet: the controller starts only if listing it works."""
     needs_root_ca: bool = False
+    needs_setting: str | None = None
+    """A setting that must be set for the controller to start (a key file, say)."""
 
 
 CONTROLLERS: dict[str, ControllerSpec] = {
@@ -59,6 +68,9 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     ),
     "endpoint": ControllerSpec(EndpointsController),
     "serviceaccount": ControllerSpec(ServiceAccountsController),
+    "serviceaccount-token": ControllerSpec(
+        TokensController, needs_setting="service_account_private_key_file"
+    ),
     "root-ca-cert-publisher": ControllerSpec(RootCAPublisher, needs_root_ca=True),
     "job": ControllerSpec(JobController, requires=JOBS),
     "cronjob": ControllerSpec(CronJobController, requires=CRONJOBS),
@@ -70,8 +82,11 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "disruption": ControllerSpec(DisruptionController, requires=PODDISRUPTIONBUDGETS),
     "horizontalpodautoscaling": ControllerSpec(HorizontalPodAutoscalerController, requires=HPAS),
     "persistentvolume-binder": ControllerSpec(PersistentVolumeBinderController),
+    "pvc-protection": ControllerSpec(PVCProtectionController),
+    "pv-protection": ControllerSpec(PVProtectionController),
     "csrsigning": ControllerSpec(CSRSigningController, requires=CSRS),
     "csrcleaner": ControllerSpec(CSRCleanerController, requires=CSRS),
+    "csrapproving": ControllerSpec(CSRApprovingController, requires=CSRS),
 }
 """Controller names as kube-controller-manager's ``--controllers`` spells them."""
 
@@ -123,6 +138,11 @@ class ControllerManager:
             spec = CONTROLLERS[name]
             if spec.needs_root_ca and not self.ctx.root_ca:
                 log.warning("controller needs the cluster CA; not starting it", controller=name)
+                continue
+            if spec.needs_setting is not None and not getattr(self.settings, spec.needs_setting):
+                log.info(
+                    "controller not configured; not starting it", controller=name, setting=spec.needs_setting
+                )
                 continue
             if spec.requires is not None:
                 served = False

@@ -19,8 +19,9 @@ Claims:
   ``ExternalProvisioning``.
 
 Volumes: an unbound volume is ``Available``; one whose claim is gone is ``Released`` and then reclaimed:
-``Delete`` removes a volume this provisioner made (directory and object), ``Retain`` keeps it. Protection
-finalizers (``kubernetes.io/pvc-protection``, ``pv-protection``) are not added.
+``Delete`` removes a volume this provisioner made (directory and object), ``Retain`` keeps it. The
+protection finalizers (``kubernetes.io/pvc-protection``, ``pv-protection``) are the ``storageprotection``
+controllers' business.
 """
 
 from __future__ import annotations

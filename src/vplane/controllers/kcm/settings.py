@@ -121,3 +121,17 @@ class ControllerManagerSettings(BaseModel):
     """A failed request is deleted this long after failing."""
     csr_pending_expiration_seconds: float = Field(default=86400.0, gt=0)
     """A request nobody approved or denied is deleted this long after its creation."""
+
+    # -- kcmcorners: storage protection controllers ---------------------------------------------------------
+    concurrent_pvc_protection_syncs: int = Field(default=5, ge=1)
+    """Claims the ``pvc-protection`` controller looks at once (upstream runs five workers)."""
+    concurrent_pv_protection_syncs: int = Field(default=5, ge=1)
+    """Volumes the ``pv-protection`` controller looks at once."""
+
+    # -- kcmcorners: legacy service-account token Secrets ------------------------------------------------
+    service_account_private_key_file: str | None = None
+    """The EC P-256 key legacy token Secrets are signed with (``--service-account-private-key-file``; beside
+    ``vplane apiserver`` the cluster CA's key, which the API server verifies them with). Unset: the
+    ``serviceaccount-token`` controller does not start."""
+    concurrent_serviceaccount_token_syncs: int = Field(default=5, ge=1)
+    """Token Secrets looked at once (``--concurrent-serviceaccount-token-syncs``)."""
