@@ -230,3 +230,18 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_vplane_up_refuses_a_connected_cluster_name_it_uses_for_another_context(tmp_path: Path) -> None:
+    """The connected cluster's context is vplane_<name>: `host` would replace the platform's own cluster's."""
+    env = {**os.environ, "VPLANE_HOME": str(tmp_path / "home")}
+    result = subprocess.run(
+        [sys.executable, "-m", "vplane.cli.main", "up", "--connected-cluster", "host"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "Invalid value for --connected-cluster: 'host' is taken" in result.stderr
+    assert not (tmp_path / "home" / "up").exists()
