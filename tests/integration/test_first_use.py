@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import APIServerProcess, Kubectl, UpProcess
+from harness import APIServerProcess, Kubectl, UpProcess, node_processes
 
 pytestmark = pytest.mark.integration
 
@@ -259,6 +259,12 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
         while _alive(stuck) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(stuck)
+        # Its connected cluster was told to stop at once too: it kills its pods and ends.
+        edge = up.data_dir / "clusters" / "edge"
+        assert (edge.parent / "edge.log").exists()  # it was started
+        while (node_processes(edge) or node_processes(edge / "node")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert node_processes(edge) + node_processes(edge / "node") == []
     finally:
         up.stop()
 
