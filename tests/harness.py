@@ -392,3 +392,6 @@ class UpProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         kill_node_processes(self.data_dir / "platform" / "node")
+        for cluster in (self.data_dir / "clusters").glob("*/"):  # its connected cluster: pods, then itself
+            kill_node_processes(cluster / "node")
+            kill_node_processes(cluster)

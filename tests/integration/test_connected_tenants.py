@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,32 @@ from platformkit import Platform
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("connected-tenants")]
 
 TENANT = "edge-tenant"
+WEB_SCRIPT = (
+    "import http.server, os\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        body = ('served ' + self.path).encode()\n"
+    "        self.send_response(200); self.send_header('Content-Length', str(len(body)))\n"
+    "        self.end_headers(); self.wfile.write(body)\n"
+    "http.server.HTTPServer((os.environ['POD_IP'], 8080), H).serve_forever()\n"
+)
+WEB_POD = yaml.safe_dump(
+    {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "web",
+                    "image": "python",
+                    "command": ["python", "-c", WEB_SCRIPT],
+                    "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                }
+            ]
+        },
+    }
+)
 TENANT_NS = f"vcluster-{TENANT}"
 
 
@@ -200,3 +227,44 @@ def test_an_instance_naming_a_missing_or_uninitialized_cluster_says_so(plat: Env
     finally:
         plat.k.run("delete", "vci", "nowhere", "-n", "p-default", "--timeout=60s", check=False)
         plat.k.run("delete", "cluster.management.loft.sh", "ghost", "--ignore-not-found", check=False)
+
+
+@pytest.mark.timeout(600)
+def test_exec_and_port_forward_to_a_tenant_on_a_connected_cluster(
+    plat: Env, node_cluster: NodeCluster, ck: Kubectl, tmp_path: Path
+) -> None:
+    """Connection upgrades through the platform's tenant path reach a tenant on a connected cluster over the
+    mesh, as they reach a local one: `kubectl exec` into a pod of the tenant (on the tenant's own node, there)
+    and `kubectl port-forward` to it."""
+    name = "exec-tenant"
+    connect(plat, node_cluster, "edge")
+    plat.wait_status("edge", "Initialized", "", timeout=120)
+    plat.k.apply(vci(name, "edge"))
+    try:
+        wait_vci(plat, name, "Ready", "", timeout=180)
+        tk = Platform(plat.proc, plat.k, plat.home).tenant_kubectl(name, None, tmp_path)
+        tk.apply(WEB_POD)
+        tk.run("wait", "--for=condition=Ready", "pod/web", "--timeout=120s", timeout=130)
+        pod = "web"
+        out = tk.run("exec", pod, "--", "sh", "-c", "echo from-exec-$((40+2))").stdout
+        assert out.strip() == "from-exec-42"
+        forward = tk.popen("port-forward", f"pod/{pod}", ":8080")
+        try:
+            assert forward.stdout is not None
+            line = forward.stdout.readline()  # Forwarding from 127.0.0.1:<port> -> 8080
+            assert "Forwarding from 127.0.0.1:" in line, line
+            port = int(line.split("127.0.0.1:", 1)[1].split()[0])
+
+            def served() -> bool:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/edge", timeout=30) as resp:
+                        return bool(resp.read() == b"served /edge")
+                except OSError:
+                    return False  # the server in the pod may not listen yet
+
+            eventually(served, 60, "a page through the port-forward")
+        finally:
+            forward.terminate()
+            forward.communicate(timeout=30)
+    finally:
+        plat.k.run("delete", "vci", name, "-n", "p-default", "--timeout=120s", check=False)

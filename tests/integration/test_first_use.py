@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import APIServerProcess, Kubectl, UpProcess
+from harness import APIServerProcess, Kubectl, UpProcess, node_processes
 
 pytestmark = pytest.mark.integration
 
@@ -95,8 +95,16 @@ def test_every_file_of_vplane_up_is_private(up: UpProcess) -> None:
     """Platform, tenant replicas, the kubeconfig with the admin key and the saved login: all private."""
     assert (up.data_dir / "platform" / "api" / "state.db-wal").exists()
     assert (up.tenant_dir("target") / "state.db-wal").exists()
-    assert private_tree(up.data_dir) == []
+    # Its connected cluster's pods' volumes have the modes their pods ask for (a projected token: 0644, the
+    # kubelet's default), inside the node's pod directories, which are private (checked by private_tree).
+    pods = up.data_dir / "clusters" / "edge" / "node" / "pods"
+    assert [p for p in private_tree(up.data_dir) if not _in_pod_volumes(p.split(" ", 1)[1], pods)] == []
     assert private_tree(up.home) == []
+
+
+def _in_pod_volumes(path: str, pods: Path) -> bool:
+    parts = Path(path).relative_to(pods).parts if Path(path).is_relative_to(pods) else ()
+    return len(parts) > 2 and parts[1] == "volumes"
 
 
 def test_a_data_directory_others_can_read_is_refused(tmp_path: Path) -> None:
@@ -252,6 +260,12 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
         while _alive(stuck) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(stuck)
+        # Its connected cluster was told to stop at once too: it kills its pods and ends.
+        edge = up.data_dir / "clusters" / "edge"
+        assert (edge.parent / "edge.log").exists()  # it was started
+        while (node_processes(edge) or node_processes(edge / "node")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert node_processes(edge) + node_processes(edge / "node") == []
     finally:
         up.stop()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,15 @@ import pytest
 from harness import Kubectl, kill_node_processes, node_processes, replica_pids
 
 pytestmark = pytest.mark.integration
+
+EDGE_INITIALIZED = 'Connected cluster "edge": Initialized'
+FAST_AGENT = {"readinessProbe": {"periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 2}}
+FAST_NODE = {
+    "pod_resync_seconds": 0.5,
+    "node_status_update_frequency_seconds": 0.5,
+    "stop_grace_period_seconds": 3,
+    "status_batch_seconds": 0.02,
+}
 
 
 def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, kubectl_path: str) -> None:
@@ -34,6 +44,16 @@ def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, k
                 "127.0.0.1:0",
                 "--ready-file",
                 str(ready),
+                # The connected cluster (`edge`): its agent's readiness and the Cluster loop, shrunk.
+                "--set",
+                "cluster_resync_seconds=1",
+                "--set",
+                "cluster_failed_requeue_seconds=1",
+                "--set",
+                "cluster_offline_requeue_seconds=0.5",
+                "--set",
+                f"agent_values={json.dumps(FAST_AGENT)}",
+                *(a for name, value in FAST_NODE.items() for a in ("--cluster-set", f"{name}={value}")),
             ],
             env=env,
             stdout=out,
@@ -53,13 +73,44 @@ def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, k
             "vplane connect target --driver platform --project default -- kubectl get namespaces" in printed
         )
         k = Kubectl(kubectl_path, kubeconfig, tmp_path / "cache")
+        # The connected cluster comes up in the background, and says so once Initialized.
+        while EDGE_INITIALIZED not in log.read_text():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline + 60, log.read_text()[-8000:]
+            time.sleep(0.2)
+        printed = log.read_text()
+        assert "kubectl --context vplane_edge get pods -n vcluster-platform -l app=loft" in printed
         contexts = k.run("config", "get-contexts", "-o", "name").stdout.split()
         assert sorted(contexts) == [
             "vplane_client_default",
+            "vplane_edge",
             "vplane_host",
             "vplane_management",
             "vplane_target_default",
         ]
+        # Connected as an operator connects one: its agent is a pod there, the Cluster Initialized.
+        agents = k.run(
+            "--context",
+            "vplane_edge",
+            "get",
+            "pods",
+            "-n",
+            "vcluster-platform",
+            "-l",
+            "app=loft",
+            "--no-headers",
+        ).stdout
+        assert [line.split()[1:3] for line in agents.splitlines()] == [["1/1", "Running"]], agents
+        phase = k.run(
+            "--context",
+            "vplane_management",
+            "get",
+            "cluster.management.loft.sh",
+            "edge",
+            "-o",
+            "jsonpath={.spec.networkPeer} {.status.phase}",
+        ).stdout
+        assert phase == "true Initialized"
         # The tenants' control planes are pods of the platform's cluster: the runbook's commands, as printed.
         assert "kubectl --context vplane_host get pods -n vcluster-target" in printed
         assert (
@@ -167,6 +218,10 @@ def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, k
     kill_node_processes(home / "up" / "platform" / "node")
     assert pods == [], "stopping vplane up stops its tenant clusters' pods"
     assert replica_pids(home / "up" / "platform" / "tenants" / "p-default" / "client") == {}
+    # The connected cluster's `vplane cluster start` and its pods (the agent) are gone too.
+    edge = kill_node_processes(home / "up" / "clusters" / "edge" / "node")  # pods, shims
+    edge += kill_node_processes(home / "up" / "clusters" / "edge")  # the cluster's own process
+    assert edge == [], "stopping vplane up stops its connected cluster"
 
 
 def _alive(pid: int) -> bool:
@@ -175,3 +230,18 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_vplane_up_refuses_a_connected_cluster_name_it_uses_for_another_context(tmp_path: Path) -> None:
+    """The connected cluster's context is vplane_<name>: `host` would replace the platform's own cluster's."""
+    env = {**os.environ, "VPLANE_HOME": str(tmp_path / "home")}
+    result = subprocess.run(
+        [sys.executable, "-m", "vplane.cli.main", "up", "--connected-cluster", "host"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "Invalid value for --connected-cluster: 'host' is taken" in result.stderr
+    assert not (tmp_path / "home" / "up").exists()

@@ -17,6 +17,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,9 @@ def _message(raw: bytes) -> str:
         return raw.decode(errors="replace").strip()
 
 
-def ensure_cluster(platform: _Platform, name: str, display_name: str | None) -> None:
+def ensure_cluster(
+    platform: _Platform, name: str, display_name: str | None, echo: Callable[[str], None] = click.echo
+) -> None:
     body = {
         "apiVersion": "management.loft.sh/v1",
         "kind": "Cluster",
@@ -72,7 +75,7 @@ def ensure_cluster(platform: _Platform, name: str, display_name: str | None) -> 
     }
     code, raw = platform.request("POST", f"{MANAGEMENT}/clusters", body)
     if code in (200, 201):
-        click.echo(f'cluster "{name}" created')
+        echo(f'cluster "{name}" created')
         return
     if code == 409:
         existing = platform.json("GET", f"{MANAGEMENT}/clusters/{name}")
@@ -80,7 +83,7 @@ def ensure_cluster(platform: _Platform, name: str, display_name: str | None) -> 
             raise click.ClickException(
                 f'cluster "{name}" exists and is not connected through an agent (spec.networkPeer is not set)'
             )
-        click.echo(f'cluster "{name}" exists; reusing it')
+        echo(f'cluster "{name}" exists; reusing it')
         return
     raise click.ClickException(f'cannot create cluster "{name}": {_message(raw)}')
 
@@ -123,18 +126,45 @@ def connect_cluster(
     helm_binary: str | None,
 ) -> None:
     """Connect cluster NAME: create it on the platform and install its agent (or print the helm command)."""
+    from vplane.cli.main import _login
+
+    login = _login()
+    connect(
+        login.url,
+        login.access_key,
+        login.ca_pem,
+        name,
+        kube_context=kube_context,
+        kubeconfig=kubeconfig,
+        display_name=display_name,
+        helm_binary=helm_binary,
+    )
+
+
+def connect(
+    url: str,
+    access_key: str,
+    ca_pem: bytes,
+    name: str,
+    *,
+    kube_context: str | None = None,
+    kubeconfig: Path | None = None,
+    display_name: str | None = None,
+    helm_binary: str | None = None,
+    echo: Callable[[str], None] = click.echo,
+) -> None:
+    """The connect flow, for the command and for ``vplane up`` (which connects its embedded cluster this
+    way, so both take one code path). Blocking (urllib, helm); failures are ``click.ClickException``."""
     import yaml
 
-    from vplane.cli.main import _login
     from vplane.platform.clusters import values as av
     from vplane.platform.clusters.helm import find_chart, find_helm
 
-    login = _login()
-    platform = _Platform(login.url, login.access_key, login.ca_pem)
-    ensure_cluster(platform, name, display_name)
+    platform = _Platform(url, access_key, ca_pem)
+    ensure_cluster(platform, name, display_name, echo)
     key = platform.json("GET", f"{MANAGEMENT}/clusters/{name}/accesskey")
     host = str(key.get("loftHost") or "")
-    url = host if host.startswith("https://") else f"https://{host}"
+    agent_url = host if host.startswith("https://") else f"https://{host}"
     # With the caller's key (an administrator's), else the agent's own: a disabled agent key still gives
     # back the command, unchanged, as the runbook says.
     values_path = f"/clusters/agent-values/{urllib.parse.quote(name)}"
@@ -145,7 +175,10 @@ def connect_cluster(
         raise click.ClickException(f"cannot read the agent values: {_message(raw)}")
     extra = yaml.safe_load(raw) or {}
     connection = av.connection_values(
-        str(key["accessKey"]), url, str(key.get("caCert") or "").encode() or None, bool(key.get("insecure"))
+        str(key["accessKey"]),
+        agent_url,
+        str(key.get("caCert") or "").encode() or None,
+        bool(key.get("insecure")),
     )
     try:
         chart = find_chart()
@@ -153,8 +186,8 @@ def connect_cluster(
         raise click.ClickException(str(exc)) from None
     if kube_context is None and kubeconfig is None:
         args = helm_args(chart, None, connection, extra)
-        click.echo("Run this against the cluster to connect (its kubectl context):")
-        click.echo("helm " + " ".join(shlex.quote(a) for a in args))
+        echo("Run this against the cluster to connect (its kubectl context):")
+        echo("helm " + " ".join(shlex.quote(a) for a in args))
         return
     try:
         helm = find_helm(helm_binary)
@@ -172,6 +205,6 @@ def connect_cluster(
         result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise click.ClickException(f"helm failed: {result.stderr.strip()}")
-    click.echo(f'agent installed: release "loft" in namespace {NAMESPACE}; the cluster connects once it runs')
-    click.echo(f"  helm history -n {NAMESPACE} loft")
-    click.echo(f"  kubectl get cluster.management.loft.sh {name} -o jsonpath='{{.status.phase}}'")
+    echo(f'agent installed: release "loft" in namespace {NAMESPACE}; the cluster connects once it runs')
+    echo(f"  helm history -n {NAMESPACE} loft")
+    echo(f"  kubectl get cluster.management.loft.sh {name} -o jsonpath='{{.status.phase}}'")

@@ -440,12 +440,39 @@ def connect(
     "--set", "overrides", multiple=True, metavar="NAME=VALUE", help="Override a PlatformSettings field."
 )
 @click.option("--ready-file", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--connected-cluster",
+    "connected_cluster",
+    default="edge",
+    show_default=True,
+    help="The embedded cluster vplane up connects to the platform (its Cluster and context vplane_NAME).",
+)
+@click.option("--no-connected-cluster", is_flag=True, help="Do not start or connect an embedded cluster.")
+@click.option(
+    "--cluster-set",
+    "cluster_overrides",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override a RuntimeSettings field of the connected cluster's node (vplane cluster start --set).",
+)
 @list_settings_option(_platform_settings, nested=_platform_nested)
-def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_file: Path | None) -> None:
-    """Start the platform with two tenant clusters, `client` and `target`, in project `default`."""
-    from vplane.cli import userconfig
+def up(
+    data_dir: Path | None,
+    listen: str,
+    overrides: tuple[str, ...],
+    ready_file: Path | None,
+    connected_cluster: str,
+    no_connected_cluster: bool,
+    cluster_overrides: tuple[str, ...],
+) -> None:
+    """Start the platform with two tenant clusters, `client` and `target`, in project `default`, and one
+    embedded cluster connected to it."""
+    from vplane.cli import upcluster, userconfig
     from vplane.cli.up import Up
 
+    why = upcluster.check_name(connected_cluster)
+    if why is not None and not no_connected_cluster:
+        raise click.BadParameter(why, param_hint="--connected-cluster")
     host, port = parse_listen(listen)
     data = data_dir or userconfig.home() / "up"
     private_process()
@@ -453,7 +480,14 @@ def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_fil
     # the platform's directory locked as `vplane platform start` locks it.
     claim_private_dir(data)
     lock = DataDirLock(claim_private_dir(data / "platform")).acquire()
-    runner = Up(data, host, port, overrides)
+    runner = Up(
+        data,
+        host,
+        port,
+        overrides,
+        None if no_connected_cluster else connected_cluster,
+        cluster_overrides,
+    )
     run_until_signalled(
         runner.start,
         runner.stop,
@@ -462,7 +496,7 @@ def up(data_dir: Path | None, listen: str, overrides: tuple[str, ...], ready_fil
         listen=listen,
         locks=[lock],
         address=lambda: runner.platform.url,
-        force_stop=runner.platform.force_stop,
+        force_stop=runner.force_stop,
         failure=_store_failure(runner.platform.api.store),
     )
 

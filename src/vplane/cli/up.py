@@ -10,6 +10,11 @@ The tenants' control planes run as pods of the platform's own cluster (``tenant_
 StatefulSet in ``vcluster-<name>``), so the runbooks' ``kubectl --context vplane_host get pods -n
 vcluster-target`` and ``kubectl logs -n vcluster-client -l app=vcluster --prefix`` work;
 ``--set tenant_placement=process`` runs them as the platform's child processes instead.
+
+It also starts one embedded cluster (``vplane cluster start``, default name ``edge``) and connects it as an
+operator would (``vplane platform connect cluster``), in the background (``vplane.cli.upcluster``): its
+context ``vplane_<name>`` joins the kubeconfig once its API serves, and its Cluster phase is printed once
+``Initialized``. ``--no-connected-cluster`` skips it.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import ssl
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import click
 
-from vplane.cli import upsample, userconfig
+from vplane.cli import upcluster, upsample, userconfig
 from vplane.cli.hostnode import platform_node
 from vplane.cli.options import build_settings
 from vplane.controllers.client import KubeClient, Resource
@@ -38,7 +44,15 @@ READY_TIMEOUT_SECONDS = 120.0
 
 
 class Up:
-    def __init__(self, data_dir: Path, host: str, port: int, overrides: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        host: str,
+        port: int,
+        overrides: tuple[str, ...],
+        connected_cluster: str | None = upcluster.DEFAULT_NAME,
+        cluster_overrides: tuple[str, ...] = (),
+    ) -> None:
         settings = build_settings(
             PlatformSettings,
             {
@@ -52,12 +66,33 @@ class Up:
         self.platform = Platform(settings, platform_node(settings))
         self.data_dir = data_dir
         self.kubeconfig = data_dir / "kubeconfig.yaml"
+        self.edge = (
+            upcluster.ConnectedCluster(
+                connected_cluster,
+                data_dir / "clusters" / connected_cluster,
+                node_overrides=cluster_overrides,
+                helm_binary=settings.helm_binary,
+            )
+            if connected_cluster
+            else None
+        )
+        self._entries: list[tuple[str, str, bytes, str]] = []
+        self._edge_entry: tuple[str, str, bytes, str] | None = None
+        self._printed = asyncio.Event()
 
     async def start(self) -> None:
         platform = self.platform
         await platform.start()
         client = platform.client
         assert client is not None
+        if self.edge is not None:
+            # Beside the tenants: it only needs the platform's API, and never holds up what follows.
+            self.edge.start(
+                (platform.url, platform.admin_key, platform.ca_path.read_bytes()),
+                self._cluster_status,
+                self._add_edge_context,
+                self._printed,
+            )
         await _ensure(
             client,
             PROJECTS,
@@ -115,10 +150,36 @@ class Up:
         if pods:
             # The same server and key as the management context: the platform's API server is its cluster's.
             entries.append((userconfig.host_context(), platform.url, login.ca_pem, login.access_key))
+        self._entries = entries
+        self._write_kubeconfig()
+        await self._sample_proxy(client_identity, login)
+        _print_usage(platform.url, self.kubeconfig, pods, self.edge)
+        self._printed.set()
+
+    def _write_kubeconfig(self) -> None:
+        """The platform's contexts, and the connected cluster's once its API serves (whichever comes last
+        writes both)."""
+        if not self._entries:
+            return
+        entries = self._entries + ([self._edge_entry] if self._edge_entry else [])
         current = keep_context(userconfig.current_context(self.kubeconfig), [e[0] for e in entries])
         userconfig.write_kubeconfig(self.kubeconfig, userconfig.kubeconfig_doc(entries, current))
-        await self._sample_proxy(client_identity, login)
-        _print_usage(platform.url, self.kubeconfig, pods)
+
+    def _add_edge_context(self, entry: tuple[str, str, bytes, str]) -> None:
+        self._edge_entry = entry
+        self._write_kubeconfig()
+
+    async def _cluster_status(self) -> dict[str, Any] | None:
+        from vplane.platform.clusters.controller import CLUSTERS
+
+        client = self.platform.client
+        assert client is not None and self.edge is not None
+        try:
+            return await client.get(CLUSTERS, self.edge.name)
+        except errors.StatusError as exc:
+            if exc.code == 404:
+                return None
+            raise
 
     async def _sample_proxy(self, client_identity: str, login: userconfig.PlatformLogin) -> None:
         """The target's side of the sample (its CRD and the client's rights there), then wait until the
@@ -149,7 +210,15 @@ class Up:
             await tenant.close()
 
     async def stop(self) -> None:
-        await self.platform.stop()
+        if self.edge is not None:
+            await asyncio.gather(self.edge.stop(), self.platform.stop())
+        else:
+            await self.platform.stop()
+
+    def force_stop(self) -> None:
+        if self.edge is not None:
+            self.edge.force_stop()
+        self.platform.force_stop()
 
 
 def keep_context(previous: str | None, names: list[str]) -> str:
@@ -243,7 +312,7 @@ async def _wait_ready(client: KubeClient, namespace: str, names: tuple[str, ...]
             await asyncio.sleep(0.2)
 
 
-def _print_usage(url: str, kubeconfig: Path, pods: bool) -> None:
+def _print_usage(url: str, kubeconfig: Path, pods: bool, edge: upcluster.ConnectedCluster | None) -> None:
     echo = click.echo
     echo("")
     echo(f"vplane is up. Platform: {url}")
@@ -269,4 +338,9 @@ def _print_usage(url: str, kubeconfig: Path, pods: bool) -> None:
     echo("Or through the platform, as in the runbooks:")
     echo(f"  vplane connect target --driver platform --project {PROJECT} -- kubectl get namespaces")
     echo("  vplane platform connect management")
+    if edge is not None:
+        echo(
+            f'Connected cluster "{edge.name}" (vplane cluster start --data-dir {edge.directory}) comes up in the '
+            f"background; its context {edge.context} and its Cluster phase follow here once it is Initialized."
+        )
     echo("Stop with Ctrl-C.")

@@ -209,6 +209,7 @@ class Platform:
                 self.settings.tenant_upgrade_timeout_seconds,
                 connected=connected,
                 mesh_http=self.clusters.local.http,
+                mesh_dial=self.clusters.local.dial,
             )
             self.api.public_routes[PREFIX] = self._relay
             vcis = VirtualClusterController(

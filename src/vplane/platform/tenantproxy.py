@@ -34,6 +34,8 @@ from vplane.support.requestheader import HOP_BY_HOP
 PREFIX = "/kubernetes/project/"
 REPLICA_HEADER = "X-Vplane-Replica"
 
+Connect = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+"""Opens an upgrade's connection to a replica (raises OSError or TimeoutError when it cannot)."""
 Authenticate = Callable[[web.Request], Awaitable[UserInfo | None]]
 """The platform API server's authentication: the caller's identity, None without credentials, 401 for bad
 ones."""
@@ -118,7 +120,7 @@ class TenantProxy:
             path_qs = "/" + (raw[3] if len(raw) > 3 else "")
             if request.rel_url.raw_query_string:
                 path_qs += "?" + request.rel_url.raw_query_string
-            return await self._upgrade(request, namespace, name, replicas[0].host, replicas[0].port, path_qs)
+            return await self._upgrade(request, namespace, name, replicas[0], path_qs)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         body = await request.read() if request.can_read_body else None
         session, target = self._route(namespace, name, replicas[0], target)
@@ -142,18 +144,11 @@ class TenantProxy:
         the tenant's CA (a subclass reaches tenants on connected clusters through the mesh instead)."""
         return self._session(namespace, name), target
 
-    async def _upgrade(
-        self, request: web.Request, namespace: str, name: str, host: str, port: int, path_qs: str
-    ) -> web.StreamResponse:
-        """A connection upgrade (exec, attach, port-forward, a WebSocket) relayed as bytes, both ways, with
-        the caller's headers as they came (the tenant authenticates them); each side's end closes the
-        other. ``host`` is the replica's address: loopback for a process, its pod IP for a pod."""
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
-        headers.append(("Upgrade", request.headers["Upgrade"]))
-        try:
-            head = httprelay.request_head(request.method, path_qs, f"{host}:{port}", headers)
-        except ValueError as exc:
-            raise errors.bad_request(str(exc)) from None
+    def _upgrade_dial(self, namespace: str, name: str, replica: Replica) -> tuple[str, Connect]:
+        """The ``Host`` of an upgrade to ``replica`` and how to open its connection: TLS to the replica's
+        address (loopback for a process, its pod IP for a pod), verified with the tenant's CA (a subclass
+        reaches tenants on connected clusters through the mesh instead)."""
+        host, port = replica.host, replica.port
         ctx = ssl.create_default_context(cafile=str(self.ca_file(namespace, name)))
         timeout = self.upgrade_timeout
 
@@ -169,9 +164,24 @@ class TenantProxy:
                 timeout,
             )
 
+        return f"{host}:{port}", connect
+
+    async def _upgrade(
+        self, request: web.Request, namespace: str, name: str, replica: Replica, path_qs: str
+    ) -> web.StreamResponse:
+        """A connection upgrade (exec, attach, port-forward, a WebSocket) relayed as bytes, both ways, with
+        the caller's headers as they came (the tenant authenticates them); each side's end closes the
+        other."""
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
+        headers.append(("Upgrade", request.headers["Upgrade"]))
+        authority, connect = self._upgrade_dial(namespace, name, replica)
+        try:
+            head = httprelay.request_head(request.method, path_qs, authority, headers)
+        except ValueError as exc:
+            raise errors.bad_request(str(exc)) from None
         try:
             reader, writer, answer = await httprelay.while_client_stays(
-                request, httprelay.dial_upgrade(connect, head, timeout)
+                request, httprelay.dial_upgrade(connect, head, self.upgrade_timeout)
             )
         except (OSError, TimeoutError, httprelay.UpgradeError) as exc:
             raise errors.service_unavailable(f'tenant cluster "{name}" is unreachable: {exc}', 1) from None

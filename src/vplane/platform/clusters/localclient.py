@@ -21,7 +21,7 @@ import structlog
 from vplane.kube import accesskeys
 from vplane.kube.objects import Obj
 from vplane.mesh.dialer import Dialer
-from vplane.mesh.session import Netmap, NodeSession, RegistrationError
+from vplane.mesh.session import Netmap, NodeSession, RegistrationError, Stream
 from vplane.mesh.settings import MeshSettings
 
 log = structlog.get_logger("vplane.platform.clusters")
@@ -73,6 +73,7 @@ class LocalClient:
         self.session: NodeSession | None = None
         self.error = ""
         self._http: aiohttp.ClientSession | None = None
+        self._dialer: Dialer | None = None
         self._task: asyncio.Task[None] | None = None
         self._up = False
         self._ready = asyncio.Event()
@@ -87,6 +88,12 @@ class LocalClient:
         if not self.available or self._http is None:
             raise Unavailable(self.error or "the platform's mesh client is not connected")
         return self._http
+
+    async def dial(self, node_id: str) -> Stream:
+        """A raw connection to ``node_id`` (an upgrade relayed as bytes: exec, attach, port-forward)."""
+        if not self.available or self._dialer is None:
+            raise Unavailable(self.error or "the platform's mesh client is not connected")
+        return await self._dialer.dial(node_id)
 
     async def wait_peer(self, node_id: str, within: float) -> bool:
         """Whether ``node_id`` is (or within ``within`` seconds becomes) dialable: a node that just registered
@@ -126,9 +133,8 @@ class LocalClient:
                     ssl_context=self.ssl_context,
                 )
                 self.session = session
-                self._http = aiohttp.ClientSession(
-                    connector=Dialer(session).connector(), auto_decompress=False
-                )
+                self._dialer = Dialer(session)
+                self._http = aiohttp.ClientSession(connector=self._dialer.connector(), auto_decompress=False)
                 await session.start()
                 async for _ in session.subscribe():
                     self._changed()
@@ -164,6 +170,7 @@ class LocalClient:
             with contextlib.suppress(Exception):
                 await self._http.close()
             self._http = None
+        self._dialer = None
         if self.session is not None:
             with contextlib.suppress(Exception):
                 await self.session.close()

@@ -35,12 +35,13 @@ from typing import Any, Protocol
 
 import aiohttp
 import structlog
-from aiohttp import web
 
 from vplane.controllers.client import NAMESPACES, KubeClient, Resource, TransportError
 from vplane.kube import errors
 from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import NodeInfo
+from vplane.mesh.session import Stream
+from vplane.platform.clusters.localclient import Unavailable
 from vplane.platform.placement import CONFIG_FILE, Replica, Tenant, TenantSpec, tenant_args
 from vplane.platform.settings import PlatformSettings
 from vplane.platform.tenantnet import TenantNetwork, tenant_network
@@ -56,7 +57,7 @@ from vplane.platform.tenantpods import (
     owner,
     replicas_from_pods,
 )
-from vplane.platform.tenantproxy import TenantProxy
+from vplane.platform.tenantproxy import Connect, TenantProxy
 from vplane.platform.tenants import free_port
 from vplane.support.files import private_dir, write_private
 
@@ -406,44 +407,58 @@ def _describe(exc: BaseException) -> str:
 
 
 class MeshTenantProxy(TenantProxy):
-    """The platform's tenant path, reaching tenants on connected clusters through its own mesh node."""
+    """The platform's tenant path, reaching tenants on connected clusters through its own mesh node: requests
+    as HTTP over a mesh dial, upgrades (exec, attach, port-forward) as bytes over one."""
 
     def __init__(
         self,
         *args: Any,
         connected: ConnectedTenants,
         mesh_http: Callable[[], aiohttp.ClientSession],
+        mesh_dial: Callable[[str], Awaitable[Stream]],
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.connected = connected
         self.mesh_http = mesh_http
+        self.mesh_dial = mesh_dial
+
+    def _node(self, namespace: str, name: str, replica: Replica) -> str:
+        node = self.connected.node_for(namespace, name, replica.index)
+        if node is None:
+            raise errors.service_unavailable(
+                f'replica {replica.index} of tenant cluster "{name}" has no mesh session with the platform', 1
+            )
+        return node
 
     def _route(
         self, namespace: str, name: str, replica: Replica, target: str
     ) -> tuple[aiohttp.ClientSession, str]:
         if self.connected.get(namespace, name) is None:
             return super()._route(namespace, name, replica, target)
-        node = self.connected.node_for(namespace, name, replica.index)
-        if node is None:
-            raise errors.service_unavailable(
-                f'replica {replica.index} of tenant cluster "{name}" has no mesh session with the platform', 1
-            )
+        node = self._node(namespace, name, replica)
         try:
             http = self.mesh_http()
         except Exception as exc:
             raise errors.service_unavailable(f"the platform's mesh client is unavailable: {exc}", 1) from None
         return http, f"http://{node}{target[len(replica.url) :]}"
 
-    async def _upgrade(
-        self, request: web.Request, namespace: str, name: str, host: str, port: int, path_qs: str
-    ) -> web.StreamResponse:
-        if self.connected.get(namespace, name) is not None:
-            raise errors.service_unavailable(
-                f'tenant cluster "{name}" runs on a connected cluster: exec, attach and port-forward through '
-                "the platform are not supported there yet"
-            )
-        return await super()._upgrade(request, namespace, name, host, port, path_qs)
+    def _upgrade_dial(self, namespace: str, name: str, replica: Replica) -> tuple[str, Connect]:
+        """The replica's mesh node (it serves its API on the mesh, plain HTTP in the mesh's encryption), as
+        for requests; a dial that fails is the tenant being unreachable (503)."""
+        if self.connected.get(namespace, name) is None:
+            return super()._upgrade_dial(namespace, name, replica)
+        node = self._node(namespace, name, replica)
+        timeout = self.upgrade_timeout
+
+        async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            try:
+                stream = await asyncio.wait_for(self.mesh_dial(node), timeout)
+            except Unavailable as exc:
+                raise ConnectionError(f"the platform's mesh client is unavailable: {exc}") from None
+            return stream.reader, stream.writer
+
+        return node, connect
 
 
 class ControllerAccess:
