@@ -55,7 +55,7 @@ def _rules(raw: Any, default: Rules) -> Rules:
         float(window) if isinstance(window, int) else default.window,
         str(select) if isinstance(select, str) else default.select,
         tuple(
-            Policy(str(p.get("type") or ""), int(p.get("value") or 0), int(p.get("periodSeconds") or 0))
+            Policy(str(p.get("type") or ""), _int(p.get("value")), _int(p.get("periodSeconds")))
             for p in policies
             if isinstance(p, dict)
         )
@@ -63,6 +63,11 @@ def _rules(raw: Any, default: Rules) -> Rules:
         else default.policies,
         tolerance if tolerance is not None else default.tolerance,
     )
+
+
+def _int(raw: Any) -> int:
+    """A policy's number; anything else (from a server that did not validate) counts as zero."""
+    return raw if isinstance(raw, int) else 0
 
 
 def _tolerance(raw: Any) -> float | None:
