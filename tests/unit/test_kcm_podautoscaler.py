@@ -4,6 +4,7 @@ ScalingLimited reasons, utilization with its tolerance, downscale stabilization,
 from __future__ import annotations
 
 from vplane.controllers.kcm import podautoscaler as hpa
+from vplane.controllers.kcm.podautoscalerutil import History
 from vplane.controllers.kcm.timefmt import format_time
 
 T0 = 1_700_000_000.0
@@ -37,12 +38,12 @@ def test_utilization_with_tolerance() -> None:
 
 
 def test_downscale_follows_the_highest_recent_recommendation() -> None:
-    recs = hpa.Recommendations(window=300)
+    recs = History()
     recs.initial("ns/web", 5, T0)
-    assert recs.stabilize("ns/web", 2, T0 + 10) == 5
-    assert recs.stabilize("ns/web", 3, T0 + 301) == 3
+    assert recs.stabilize("ns/web", 2, 300, T0 + 10) == 5
+    assert recs.stabilize("ns/web", 3, 300, T0 + 301) == 3
     recs.initial("ns/web", 9, T0 + 302)  # only the first sight counts
-    assert recs.stabilize("ns/web", 1, T0 + 302) == 3
+    assert recs.stabilize("ns/web", 1, 300, T0 + 302) == 3
 
 
 def test_conditions_keep_transition_times_unless_status_changes() -> None:

@@ -30,6 +30,8 @@ METRIC_TYPES = ["ContainerResource", "External", "Object", "Pods", "Resource"]
 TARGET_TYPES = ["AverageValue", "Utilization", "Value"]
 SELECT_POLICIES = ["Disabled", "Max", "Min"]
 POLICY_TYPES = ["Percent", "Pods"]
+MAX_STABILIZATION_WINDOW_SECONDS = 3600
+MAX_PERIOD_SECONDS = 1800
 
 
 def _cpu_metric(target: int) -> Obj:
@@ -68,6 +70,7 @@ class HPAConverter:
             spec["metrics"] = metrics
         behavior = _pop_json(annotations, BEHAVIOR_ANNOTATION)
         if behavior is not None:
+            default_behavior(behavior)  # upstream defaults it when the v2 form is read back
             spec["behavior"] = behavior
         status = out.get("status")
         current = _pop_json(annotations, CURRENT_METRICS_ANNOTATION) or []
@@ -179,23 +182,7 @@ class HPAv2Strategy(GenerationStrategy):
         spec.setdefault("minReplicas", 1)
         if not spec.get("metrics"):
             spec["metrics"] = [_cpu_metric(DEFAULT_CPU_UTILIZATION)]
-        behavior = spec.get("behavior")
-        if isinstance(behavior, dict):
-            up = behavior.setdefault("scaleUp", {})
-            if isinstance(up, dict):
-                up.setdefault("stabilizationWindowSeconds", 0)
-                up.setdefault("selectPolicy", "Max")
-                up.setdefault(
-                    "policies",
-                    [
-                        {"type": "Pods", "value": 4, "periodSeconds": 15},
-                        {"type": "Percent", "value": 100, "periodSeconds": 15},
-                    ],
-                )
-            down = behavior.setdefault("scaleDown", {})
-            if isinstance(down, dict):
-                down.setdefault("selectPolicy", "Max")
-                down.setdefault("policies", [{"type": "Percent", "value": 100, "periodSeconds": 15}])
+        default_behavior(spec.get("behavior"))
 
     def validate(self, obj: Obj, old: Obj | None) -> list[Cause]:
         spec = obj.get("spec")
@@ -206,42 +193,99 @@ class HPAv2Strategy(GenerationStrategy):
             causes += _metric(d(metric), f"spec.metrics[{i}]")
         behavior = d(spec.get("behavior"))
         for direction in ("scaleUp", "scaleDown"):
-            rules = d(behavior.get(direction))
-            path = f"spec.behavior.{direction}"
-            policy = rules.get("selectPolicy")
-            if policy is not None and policy not in SELECT_POLICIES:
-                causes.append(errors.field_not_supported(f"{path}.selectPolicy", policy, SELECT_POLICIES))
-            window = rules.get("stabilizationWindowSeconds")
-            if isinstance(window, int) and not 0 <= window <= 3600:
-                causes.append(
-                    errors.field_invalid(
-                        f"{path}.stabilizationWindowSeconds",
-                        window,
-                        "must be less than or equal to 3600"
-                        if window > 0
-                        else "must be greater than or equal to zero",
-                    )
-                )
-            for j, rule in enumerate(lst(rules.get("policies"))):
-                rule = d(rule)
-                rpath = f"{path}.policies[{j}]"
-                if rule.get("type") not in POLICY_TYPES:
-                    causes.append(errors.field_not_supported(f"{rpath}.type", rule.get("type"), POLICY_TYPES))
-                value = rule.get("value")
-                if not isinstance(value, int) or value <= 0:
-                    causes.append(errors.field_invalid(f"{rpath}.value", value, "must be greater than zero"))
-                period = rule.get("periodSeconds")
-                if not isinstance(period, int) or period <= 0:
-                    causes.append(
-                        errors.field_invalid(f"{rpath}.periodSeconds", period, "must be greater than zero")
-                    )
-                elif period > 1800:
-                    causes.append(
-                        errors.field_invalid(
-                            f"{rpath}.periodSeconds", period, "must be less than or equal to 1800"
-                        )
-                    )
+            rules = behavior.get(direction)
+            if isinstance(rules, dict):
+                causes += _scaling_rules(rules, f"spec.behavior.{direction}")
         return causes
+
+
+def _scaling_rules(rules: Obj, path: str) -> list[Cause]:
+    """``validateScalingRules``, in upstream's order."""
+    causes: list[Cause] = []
+    window = rules.get("stabilizationWindowSeconds")
+    if isinstance(window, int) and window < 0:
+        causes.append(
+            errors.field_invalid(
+                f"{path}.stabilizationWindowSeconds", window, "must be greater than or equal to zero"
+            )
+        )
+    if isinstance(window, int) and window > MAX_STABILIZATION_WINDOW_SECONDS:
+        causes.append(
+            errors.field_invalid(
+                f"{path}.stabilizationWindowSeconds",
+                window,
+                f"must be less than or equal to {MAX_STABILIZATION_WINDOW_SECONDS}",
+            )
+        )
+    policy = rules.get("selectPolicy")
+    if policy is not None and policy not in SELECT_POLICIES:
+        causes.append(errors.field_not_supported(f"{path}.selectPolicy", policy, SELECT_POLICIES))
+    policies = lst(rules.get("policies"))
+    if not policies:
+        causes.append(errors.field_required(f"{path}.policies", "must specify at least one Policy"))
+    for j, rule in enumerate(policies):
+        rule = d(rule)
+        rpath = f"{path}.policies[{j}]"
+        if rule.get("type") not in POLICY_TYPES:
+            causes.append(errors.field_not_supported(f"{rpath}.type", rule.get("type") or "", POLICY_TYPES))
+        value = rule.get("value")
+        if not isinstance(value, int) or value <= 0:
+            causes.append(errors.field_invalid(f"{rpath}.value", value or 0, "must be greater than zero"))
+        period = rule.get("periodSeconds")
+        if not isinstance(period, int) or period <= 0:
+            causes.append(
+                errors.field_invalid(f"{rpath}.periodSeconds", period or 0, "must be greater than zero")
+            )
+        elif period > MAX_PERIOD_SECONDS:
+            causes.append(
+                errors.field_invalid(
+                    f"{rpath}.periodSeconds", period, f"must be less than or equal to {MAX_PERIOD_SECONDS}"
+                )
+            )
+    tolerance = rules.get("tolerance")
+    if tolerance is not None:
+        amount = quantity.parse(tolerance)
+        if amount is None:
+            causes.append(errors.field_invalid(f"{path}.tolerance", tolerance, quantity.QUANTITY_MESSAGE))
+        elif amount < 0:
+            causes.append(
+                errors.field_invalid(
+                    f"{path}.tolerance", quantity.canonical(amount), "must be greater than or equal to 0"
+                )
+            )
+    return causes
+
+
+def default_behavior(behavior: Any) -> None:
+    """``SetDefaults_HorizontalPodAutoscalerBehavior``: a ``behavior`` that is set gets every field its
+    rules leave unset (null counts as unset). The scale-down window stays unset: the controller's
+    ``--horizontal-pod-autoscaler-downscale-stabilization`` fills it in."""
+    if not isinstance(behavior, dict):
+        return
+    defaults: dict[str, Obj] = {
+        "scaleUp": {
+            "stabilizationWindowSeconds": 0,
+            "selectPolicy": "Max",
+            "policies": [
+                {"type": "Pods", "value": 4, "periodSeconds": 15},
+                {"type": "Percent", "value": 100, "periodSeconds": 15},
+            ],
+        },
+        "scaleDown": {
+            "selectPolicy": "Max",
+            "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+        },
+    }
+    for direction, filled in defaults.items():
+        rules = behavior.get(direction)
+        if not isinstance(rules, dict):
+            behavior[direction] = rules = {}
+        for key, value in filled.items():
+            if rules.get(key) is None:
+                rules[key] = value
+        amount = quantity.parse(rules.get("tolerance")) if rules.get("tolerance") is not None else None
+        if amount is not None:
+            rules["tolerance"] = quantity.canonical(amount)  # a quantity is stored as it prints
 
 
 def _metric(metric: Obj, path: str) -> list[Cause]:

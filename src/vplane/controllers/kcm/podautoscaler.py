@@ -10,15 +10,16 @@ upstream's does (``FailedGetResourceMetric``: ``... unable to fetch metrics from
 server could not find the requested resource (get pods.metrics.k8s.io)``), ``ScalingActive`` turns False
 with that reason and nothing is scaled. With metrics, the replica count follows upstream's utilization
 ratio with its 10% tolerance, the scale-up limit (``max(2 * current, 4)``), the bounds and the five-minute
-downscale stabilization; ``ScalingLimited`` says which bound applied. Custom and external metrics always
-fail (no custom metrics adapter is spoken to). ``behavior`` policies are not applied.
+downscale stabilization; ``ScalingLimited`` says which bound applied. With ``spec.behavior`` the
+stabilization windows, policies and tolerances of each direction apply instead (``podautoscalerutil``).
+Custom and external metrics always fail (no custom metrics adapter is spoken to).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from vplane.controllers.client import Resource
@@ -26,6 +27,13 @@ from vplane.controllers.kcm import pods as podutil
 from vplane.controllers.kcm.context import ControllerContext, ManagedController
 from vplane.controllers.kcm.events import NORMAL, WARNING
 from vplane.controllers.kcm.informers import Index
+from vplane.controllers.kcm.podautoscalerutil import (
+    History,
+    Tolerances,
+    behavior_rules,
+    normalize_with_behaviors,
+    tolerances,
+)
 from vplane.controllers.kcm.replicaset import error_text
 from vplane.controllers.kcm.resources import DEPLOYMENTS, PODS, REPLICASETS, REPLICATIONCONTROLLERS
 from vplane.controllers.kcm.timefmt import format_time
@@ -47,6 +55,7 @@ BUILTIN_TARGETS = {
 }
 TOLERANCE = 0.1
 """``--horizontal-pod-autoscaler-tolerance``."""
+DEFAULT_TOLERANCES = Tolerances(TOLERANCE, TOLERANCE)
 NO_METRICS_API = "the server could not find the requested resource (get pods.metrics.k8s.io)"
 
 _METRIC_FAILURE_REASON = {
@@ -133,36 +142,19 @@ def convert_with_rules(current: int, desired: int, low: int, high: int) -> tuple
     return desired, "DesiredWithinRange", "the desired count is within the acceptable range"
 
 
-@dataclass
-class Recommendations:
-    """Upstream's downscale stabilization: the highest recommendation of the last window wins."""
-
-    window: float
-    seen: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
-
-    def initial(self, key: str, current: int, now: float) -> None:
-        """``recordInitialRecommendation``: the target's size counts as the first recommendation."""
-        self.seen.setdefault(key, [(now, current)])
-
-    def stabilize(self, key: str, recommendation: int, now: float) -> int:
-        kept = [(t, r) for t, r in self.seen.get(key, []) if t > now - self.window]
-        kept.append((now, recommendation))
-        self.seen[key] = kept
-        return max(r for _, r in kept)
-
-    def forget(self, key: str) -> None:
-        self.seen.pop(key, None)
-
-
 def utilization_replicas(
-    current: int, usage_milli: Sequence[int], request_milli: Sequence[int], target_percent: int
+    current: int,
+    usage_milli: Sequence[int],
+    request_milli: Sequence[int],
+    target_percent: int,
+    tolerance: Tolerances = DEFAULT_TOLERANCES,
 ) -> tuple[int, int]:
     """``GetResourceReplicas`` for ready pods that all report: (replicas, utilization %). Within the
     tolerance the count stays."""
     requests = sum(request_milli)
     utilization = (sum(usage_milli) * 100) // requests if requests else 0
     ratio = utilization / target_percent if target_percent else 0.0
-    if abs(1.0 - ratio) <= TOLERANCE:
+    if tolerance.within(ratio):
         return current, utilization
     return math.ceil(ratio * len(usage_milli)), utilization
 
@@ -227,9 +219,8 @@ class HorizontalPodAutoscalerController(ManagedController):
         self.pods_by_namespace: Index = informers.namespace_index(PODS)
         super().__init__(ctx, self.hpas, [self.pods], ctx.settings.concurrent_horizontal_pod_autoscaler_syncs)
         self.sync_period = ctx.settings.horizontal_pod_autoscaler_sync_period_seconds
-        self.recommendations = Recommendations(
-            ctx.settings.horizontal_pod_autoscaler_downscale_stabilization_seconds
-        )
+        self.downscale_window = ctx.settings.horizontal_pod_autoscaler_downscale_stabilization_seconds
+        self.history = History()
 
     async def _target(self, hpa: Obj) -> Target:
         ref = podutil.spec(hpa).get("scaleTargetRef") or {}
@@ -264,7 +255,7 @@ class HorizontalPodAutoscalerController(ManagedController):
     async def reconcile(self, key: str) -> float | None:
         cached = self.hpas.get(key)
         if cached is None:
-            self.recommendations.forget(key)
+            self.history.forget(key)
             return None
         hpa = {**cached, "status": dict(podutil.status(cached))}
         status: Obj = hpa["status"]
@@ -294,8 +285,9 @@ class HorizontalPodAutoscalerController(ManagedController):
             now,
         )
         current = target.replicas
-        self.recommendations.initial(key, current, now)
+        self.history.initial(key, current, now)
         low, high = min_replicas(hpa), max_replicas(hpa)
+        rules = behavior_rules(podutil.spec(hpa).get("behavior"), self.downscale_window)
         decided = bounds_decision(current, low, high)
         metric_statuses: list[Obj] | None = None
         if decided is not None and decided[0] == "disabled":
@@ -325,29 +317,15 @@ class HorizontalPodAutoscalerController(ManagedController):
                 reason = f"{metric_name} above target"
             elif proposal < current:
                 reason = "All metrics below target"
-            stabilized = self.recommendations.stabilize(key, proposal, now)
-            if stabilized != proposal:
-                set_condition(
-                    status,
-                    "AbleToScale",
-                    "True",
-                    "ScaleDownStabilized",
-                    "recent recommendations were higher than current one, applying the highest recent recommendation",
-                    now,
+            if rules is not None:
+                normalized = normalize_with_behaviors(
+                    self.history, key, current, proposal, low, high, rules, now
                 )
+                set_condition(status, "AbleToScale", "True", *normalized.able, now)
+                set_condition(status, "ScalingLimited", *normalized.limited, now)
+                desired = normalized.replicas
             else:
-                set_condition(
-                    status,
-                    "AbleToScale",
-                    "True",
-                    "ReadyForNewScale",
-                    "recommended size matches current size",
-                    now,
-                )
-            desired, limited, message = convert_with_rules(current, stabilized, low, high)
-            set_condition(
-                status, "ScalingLimited", "False" if desired == stabilized else "True", limited, message, now
-            )
+                desired = self._normalize(status, key, current, proposal, low, high, now)
             rescale = desired != current
         if rescale:
             try:
@@ -379,6 +357,7 @@ class HorizontalPodAutoscalerController(ManagedController):
                 now,
             )
             self.recorder.event(hpa, NORMAL, "SuccessfulRescale", f"New size: {desired}; reason: {reason}")
+            self.history.store_scale_event(key, rules, current, desired, now)
             status["lastScaleTime"] = format_time(now)
         else:
             desired = current
@@ -390,6 +369,35 @@ class HorizontalPodAutoscalerController(ManagedController):
             status.pop("currentMetrics", None)
         await self._write(hpa, original)
         return self.sync_period
+
+    def _normalize(
+        self, status: Obj, key: str, current: int, proposal: int, low: int, high: int, now: float
+    ) -> int:
+        """``normalizeDesiredReplicas`` (no ``behavior``): the downscale window, then the fixed rules."""
+        stabilized = self.history.stabilize(key, proposal, self.downscale_window, now)
+        if stabilized != proposal:
+            set_condition(
+                status,
+                "AbleToScale",
+                "True",
+                "ScaleDownStabilized",
+                "recent recommendations were higher than current one, applying the highest recent recommendation",
+                now,
+            )
+        else:
+            set_condition(
+                status,
+                "AbleToScale",
+                "True",
+                "ReadyForNewScale",
+                "recommended size matches current size",
+                now,
+            )
+        desired, limited, message = convert_with_rules(current, stabilized, low, high)
+        set_condition(
+            status, "ScalingLimited", "False" if desired == stabilized else "True", limited, message, now
+        )
+        return desired
 
     async def _metrics_replicas(
         self, hpa: Obj, target: Target, current: int, now: float
@@ -514,17 +522,14 @@ class HorizontalPodAutoscalerController(ManagedController):
         if not pods:
             raise MetricFailed("", "no pods returned by selector while calculating replica count")
         used = [usage[podutil.name_of(p)] for p in pods]
+        tolerance = tolerances(podutil.spec(hpa).get("behavior"), TOLERANCE)
         if target.get("averageValue") is not None:
             average = Quantity.parse(target["averageValue"])
             per_pod = average.milli_value() if average is not None else 1
             total = sum(used)
             ratio = total / (per_pod * len(pods)) if per_pod else 0.0
             proposal = (
-                current
-                if abs(1.0 - ratio) <= TOLERANCE
-                else math.ceil(total / per_pod)
-                if per_pod
-                else current
+                current if tolerance.within(ratio) else math.ceil(total / per_pod) if per_pod else current
             )
             value = Quantity(Quantity(total // len(pods)).value / 1000)
             status = {
@@ -543,7 +548,7 @@ class HorizontalPodAutoscalerController(ManagedController):
                 )
             requests.append(requested)
         proposal, utilization = utilization_replicas(
-            current, used, requests, int(target.get("averageUtilization") or 0)
+            current, used, requests, int(target.get("averageUtilization") or 0), tolerance
         )
         average = Quantity(sum(used) // len(used)) if used else Quantity(0)
         status = {
