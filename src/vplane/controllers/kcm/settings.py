@@ -143,3 +143,6 @@ class ControllerManagerSettings(BaseModel):
     horizontal_pod_autoscaler_initial_readiness_delay_seconds: float = Field(default=30.0, ge=0)
     """After the initialization period, a pod not Ready whose Ready condition last changed within this long
     of its start counts as never ready (``--horizontal-pod-autoscaler-initial-readiness-delay``)."""
+    service_cidr_deletion_grace_period_seconds: float = Field(default=10.0, ge=0)
+    """How long after a ServiceCIDR's deletion its finalizer stays once nothing blocks it, so allocators that
+    still saw the range as usable are done with it (upstream's ``deletionGracePeriod``)."""
