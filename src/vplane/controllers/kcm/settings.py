@@ -146,3 +146,6 @@ class ControllerManagerSettings(BaseModel):
     service_cidr_deletion_grace_period_seconds: float = Field(default=10.0, ge=0)
     """How long after a ServiceCIDR's deletion its finalizer stays once nothing blocks it, so allocators that
     still saw the range as usable are done with it (upstream's ``deletionGracePeriod``)."""
+    csr_approving_min_resync_period_seconds: float = Field(default=43200.0, gt=0)
+    """``csrapproving`` looks at every pending request again after this long, up to twice it (upstream's
+    informer resync, ``--min-resync-period`` 12 h): a requester refused before may have been granted since."""
