@@ -53,8 +53,9 @@ def items(server: APIServerProcess, path: str) -> list[dict[str, Any]]:
     return result
 
 
-def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now(ago: float = 0) -> str:
+    moment = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=ago)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def set_pod_status(
@@ -65,16 +66,18 @@ def set_pod_status(
     ready: bool,
     ip: str | None = None,
     phase: str = "Running",
+    age: float = 0,
 ) -> None:
-    """What a kubelet reports: phase, IPs, the Ready condition."""
+    """What a kubelet reports: phase, IPs, start time and the Ready condition (``age`` seconds ago)."""
     n = next(_ips)
     address = ip or (pod.get("status") or {}).get("podIP") or f"10.245.{n // 250 % 250}.{n % 250 + 1}"
     status = {
         "phase": phase,
         "podIP": address,
         "podIPs": [{"ip": address}],
+        "startTime": now(age),
         "conditions": [
-            {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now()}
+            {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now(age)}
         ],
     }
     name = pod["metadata"]["name"]

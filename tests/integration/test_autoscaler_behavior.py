@@ -104,9 +104,10 @@ def get_hpa(server: APIServerProcess, namespace: str) -> dict[str, Any]:
 
 
 def report_usage(server: APIServerProcess, namespace: str, pods: list[dict[str, Any]], cpu: str) -> None:
-    """What a kubelet and a metrics server would say: each pod Ready and using ``cpu``."""
+    """What a kubelet and a metrics server would say: each pod Ready (started and Ready past the CPU
+    initialization period, so its sample counts) and using ``cpu``."""
     for pod in pods:
-        set_pod_status(server, namespace, pod, ready=True)
+        set_pod_status(server, namespace, pod, ready=True, age=600)
         api(
             server,
             "POST",

@@ -28,6 +28,8 @@ from harness import APIServerProcess, Kubectl
 pytestmark = pytest.mark.integration
 
 DENIED_EXPIRATION = 2
+RESYNC = 0.5
+"""csrapproving's resync period, shrunk (12 h upstream)."""
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,12 @@ def shared_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[APISe
         tmp_path_factory.mktemp("storage") / "apiserver",
         {
             "controller_manager": True,
-            "controller_manager_settings": json.dumps({"csr_denied_expiration_seconds": DENIED_EXPIRATION}),
+            "controller_manager_settings": json.dumps(
+                {
+                    "csr_denied_expiration_seconds": DENIED_EXPIRATION,
+                    "csr_approving_min_resync_period_seconds": RESYNC,
+                }
+            ),
         },
     )
     server.start()
@@ -458,3 +465,73 @@ def test_kubelet_client_csr_auto_approved_after_access_review(
     assert left is not None and not left.get("status", {}).get("conditions")
     kubectl.run("delete", "clusterrolebinding", role)
     kubectl.run("delete", "clusterrole", role)
+
+
+def test_pending_kubelet_csr_approved_at_resync_once_its_requester_may(
+    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    """csrapproving's resync: a kubelet client request refused by the SubjectAccessReview stays pending, and
+    is approved at a later resync once its requester is granted certificatesigningrequests/nodeclient (the
+    request itself never changes)."""
+    usages = ["digital signature", "client auth"]
+    kubectl.run("create", "serviceaccount", "latecomer", "-n", namespace)
+    role = f"csr-late-{namespace}"
+    kubectl.run("create", "clusterrole", role, "--verb=create,get", "--resource=certificatesigningrequests")
+    kubectl.run(
+        "create",
+        "clusterrolebinding",
+        role,
+        f"--clusterrole={role}",
+        f"--serviceaccount={namespace}:latecomer",
+    )
+    token = kubectl.run("create", "token", "latecomer", "-n", namespace).out.strip()
+    request, _ = make_request(f"system:node:{namespace}-late", ("system:nodes",))
+    name = f"{namespace}-late"
+    code, _, body = shared_apiserver.request(
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        json.dumps(
+            csr_manifest(name, request, "kubernetes.io/kube-apiserver-client-kubelet", usages)
+        ).encode(),
+        {"Content-Type": "application/json"},
+        token=token,
+    )
+    assert code == 201, body
+    time.sleep(4 * RESYNC)  # several resyncs refused by the access review
+    left = get_csr(shared_apiserver, name)
+    assert left is not None and not left.get("status", {}).get("conditions")
+    nodeclient = f"csr-nodeclient-{namespace}"
+    rules = [
+        {
+            "apiGroups": ["certificates.k8s.io"],
+            "resources": ["certificatesigningrequests/nodeclient"],
+            "verbs": ["create"],
+        }
+    ]
+    api(
+        shared_apiserver,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": nodeclient},
+            "rules": rules,
+        },
+    )
+    kubectl.run(
+        "create",
+        "clusterrolebinding",
+        nodeclient,
+        f"--clusterrole={nodeclient}",
+        f"--serviceaccount={namespace}:latecomer",
+    )
+    csr = wait_for(
+        lambda: (c := get_csr(shared_apiserver, name)) and condition(c, "Approved") and c,
+        "approved at a resync",
+    )
+    approved = condition(csr, "Approved")
+    assert approved is not None and approved["reason"] == "AutoApproved"
+    for binding in (role, nodeclient):
+        kubectl.run("delete", "clusterrolebinding", binding)
+        kubectl.run("delete", "clusterrole", binding)

@@ -92,3 +92,13 @@ def test_access_review_and_approval() -> None:
         certs.SELF_NODE_CLIENT[1]
         == "Auto approving self kubelet client certificate after SubjectAccessReview."
     )
+
+
+def test_resync_hands_back_only_pending_requests() -> None:
+    assert certs.resync_period(43200, lambda: 0.0) == 43200
+    assert certs.resync_period(43200, lambda: 0.5) == 64800
+    pending = {"metadata": {"name": "a"}, "status": {}}
+    approved = {"metadata": {"name": "b"}, "status": {"conditions": [{"type": "Approved", "status": "True"}]}}
+    denied = {"metadata": {"name": "c"}, "status": {"conditions": [{"type": "Denied", "status": "True"}]}}
+    issued = {"metadata": {"name": "d"}, "status": {"certificate": "eA=="}}
+    assert certs.pending_keys([pending, approved, denied, issued]) == ["a"]

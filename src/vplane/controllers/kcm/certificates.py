@@ -14,7 +14,8 @@ year), less the five minutes when it lasts 8 hours or more, and never past the C
 a valid kubelet client request) when a SubjectAccessReview for the requester allows ``create`` on
 ``certificatesigningrequests/selfnodeclient`` (a node renewing its own certificate: the requester is the
 common name) or ``certificatesigningrequests/nodeclient`` (a bootstrapper asking for a node), with
-upstream's ``AutoApproved`` condition and messages; anything else is left to a human.
+upstream's ``AutoApproved`` condition and messages; anything else is left to a human. Pending requests are
+looked at again every resync period (12 to 24 h), so a requester granted the permission later is approved.
 
 ``csrcleaner`` deletes requests that are done with: approved or denied or failed for an hour, pending for
 a day, or whose certificate has expired (each deadline a setting).
@@ -22,9 +23,11 @@ a day, or whose certificate has expired (each deadline a setting).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -312,6 +315,18 @@ def decided(csr: Obj) -> bool:
     return condition(csr, "Approved") is not None or condition(csr, "Denied") is not None
 
 
+def resync_period(minimum: float, draw: Callable[[], float] = random.random) -> float:
+    """``ResyncPeriod``: between the minimum and twice it, drawn once, so informers started together do not
+    resync together."""
+    return minimum * (draw() + 1)
+
+
+def pending_keys(csrs: Iterable[Obj]) -> list[str]:
+    """The requests a resync hands back to ``csrapproving``: the undecided, unissued ones (re-syncing any
+    other is a no-op upstream too)."""
+    return [podutil.name_of(c) for c in csrs if not podutil.status(c).get("certificate") and not decided(c)]
+
+
 def approval_candidates(csr: Obj, request: x509.CertificateSigningRequest) -> list[tuple[str, str]]:
     """The (subresource, approval message) pairs to ask about, in upstream's order: a kubelet client
     request is a ``nodeclient`` one, and a ``selfnodeclient`` one first when its requester is the common
@@ -467,6 +482,22 @@ class CSRApprovingController(ManagedController):
     def __init__(self, ctx: ControllerContext) -> None:
         self.csrs = ctx.informers.informer(CSRS)
         super().__init__(ctx, self.csrs, [], 5)  # upstream runs five approving workers
+        self.resync = resync_period(ctx.settings.csr_approving_min_resync_period_seconds)
+
+    async def run(self) -> None:
+        """Reconcile, and every resync period hand the pending requests back: a requester refused by the
+        SubjectAccessReview may since have been granted the permission (upstream's informer resync)."""
+        for informer in self.informers:
+            await informer.wait_for_sync()
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self.controller.run())
+            tasks.create_task(self._resync())
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync)
+            for key in pending_keys(self.csrs.objects()):
+                self.enqueue(key)
 
     async def reconcile(self, key: str) -> float | None:
         csr = self.csrs.get(key)

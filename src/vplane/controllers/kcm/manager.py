@@ -40,6 +40,7 @@ from vplane.controllers.kcm.replicaset import REPLICATION_CONTROLLER_KIND, Repli
 from vplane.controllers.kcm.resourcequota import ResourceQuotaController
 from vplane.controllers.kcm.resources import REPLICATIONCONTROLLERS
 from vplane.controllers.kcm.serviceaccounts import RootCAPublisher, ServiceAccountsController
+from vplane.controllers.kcm.servicecidrs import SERVICE_CIDRS, ServiceCIDRController
 from vplane.controllers.kcm.settings import ControllerManagerSettings
 from vplane.controllers.kcm.statefulset import StatefulSetController
 from vplane.controllers.kcm.storageprotection import PVCProtectionController, PVProtectionController
@@ -87,6 +88,7 @@ CONTROLLERS: dict[str, ControllerSpec] = {
     "csrsigning": ControllerSpec(CSRSigningController, requires=CSRS),
     "csrcleaner": ControllerSpec(CSRCleanerController, requires=CSRS),
     "csrapproving": ControllerSpec(CSRApprovingController, requires=CSRS),
+    "service-cidr-controller": ControllerSpec(ServiceCIDRController, requires=SERVICE_CIDRS),
 }
 """Controller names as kube-controller-manager's ``--controllers`` spells them."""
 

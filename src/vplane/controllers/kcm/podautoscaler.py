@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from vplane.controllers.client import Resource
@@ -34,9 +35,17 @@ from vplane.controllers.kcm.podautoscalerutil import (
     normalize_with_behaviors,
     tolerances,
 )
+from vplane.controllers.kcm.replicacalc import (
+    PodFacts,
+    ReplicaCalcError,
+    Sample,
+    parse_window,
+    plain_replicas,
+    resource_replicas,
+)
 from vplane.controllers.kcm.replicaset import error_text
 from vplane.controllers.kcm.resources import DEPLOYMENTS, PODS, REPLICASETS, REPLICATIONCONTROLLERS
-from vplane.controllers.kcm.timefmt import format_time
+from vplane.controllers.kcm.timefmt import format_time, parse_time
 from vplane.kube import labels as labelsel
 from vplane.kube.errors import StatusError
 from vplane.kube.objects import Obj
@@ -221,6 +230,10 @@ class HorizontalPodAutoscalerController(ManagedController):
         self.sync_period = ctx.settings.horizontal_pod_autoscaler_sync_period_seconds
         self.downscale_window = ctx.settings.horizontal_pod_autoscaler_downscale_stabilization_seconds
         self.history = History()
+        self.cpu_initialization_period = (
+            ctx.settings.horizontal_pod_autoscaler_cpu_initialization_period_seconds
+        )
+        self.initial_readiness_delay = ctx.settings.horizontal_pod_autoscaler_initial_readiness_delay_seconds
 
     async def _target(self, hpa: Obj) -> Target:
         ref = podutil.spec(hpa).get("scaleTargetRef") or {}
@@ -509,59 +522,55 @@ class HorizontalPodAutoscalerController(ManagedController):
                 f"failed to get {resource} {what}: unable to get metrics for resource {resource}: "
                 "no metrics returned from resource metrics API",
             )
-        usage = {podutil.name_of(m): _usage_milli(m, resource, container) for m in listed.items}
+        samples: dict[str, Sample] = {}
+        for entry in listed.items:
+            used = _usage_milli(entry, resource, container)
+            if used is not None:
+                samples[podutil.name_of(entry)] = Sample(
+                    used, parse_time(entry.get("timestamp")), parse_window(entry.get("window"))
+                )
         selector = labelsel.parse(selector_text)
         pods = [
-            p
+            _pod_facts(p, resource, container)
             for p in self.pods_by_namespace.get(namespace)
             if selector.matches(podutil.labels_of(p))
-            and podutil.is_pod_ready(p)
-            and not podutil.is_deleting(p)
         ]
-        pods = [p for p in pods if podutil.name_of(p) in usage]
-        if not pods:
-            raise MetricFailed("", "no pods returned by selector while calculating replica count")
-        used = [usage[podutil.name_of(p)] for p in pods]
         tolerance = tolerances(podutil.spec(hpa).get("behavior"), TOLERANCE)
-        if target.get("averageValue") is not None:
-            average = Quantity.parse(target["averageValue"])
-            per_pod = average.milli_value() if average is not None else 1
-            total = sum(used)
-            ratio = total / (per_pod * len(pods)) if per_pod else 0.0
-            proposal = (
-                current if tolerance.within(ratio) else math.ceil(total / per_pod) if per_pod else current
-            )
-            value = Quantity(Quantity(total // len(pods)).value / 1000)
-            status = {
-                "type": "Resource",
-                "resource": {"name": resource, "current": {"averageValue": str(value)}},
-            }
-            return proposal, f"{resource} resource", status
-        requests = []
-        for pod in pods:
-            requested = _request_milli(pod, resource, container)
-            if requested is None:
-                raise MetricFailed(
-                    "",
-                    f"failed to get {resource} utilization: missing request for {resource} in container "
-                    f"{container or _first_missing(pod, resource)} of Pod {podutil.name_of(pod)}",
+        timing = (self.clock(), self.cpu_initialization_period, self.initial_readiness_delay)
+        try:
+            if target.get("averageValue") is not None:
+                average = Quantity.parse(target["averageValue"])
+                per_pod = average.milli_value() if average is not None else 0
+                proposal, usage = plain_replicas(
+                    current, per_pod, resource, pods, samples, tolerance, *timing
                 )
-            requests.append(requested)
-        proposal, utilization = utilization_replicas(
-            current, used, requests, int(target.get("averageUtilization") or 0), tolerance
-        )
-        average = Quantity(sum(used) // len(used)) if used else Quantity(0)
+                status = {
+                    "type": "Resource",
+                    "resource": {"name": resource, "current": {"averageValue": _milli(usage)}},
+                }
+                return proposal, f"{resource} resource", status
+            found = resource_replicas(
+                current,
+                int(target.get("averageUtilization") or 0),
+                resource,
+                pods,
+                samples,
+                tolerance,
+                *timing,
+            )
+        except ReplicaCalcError as exc:
+            raise MetricFailed("", f"failed to get {resource} {what}: {exc}") from None
         status = {
             "type": "Resource",
             "resource": {
                 "name": resource,
                 "current": {
-                    "averageUtilization": utilization,
-                    "averageValue": str(Quantity(average.value / 1000)),
+                    "averageUtilization": found.utilization,
+                    "averageValue": _milli(found.raw_average),
                 },
             },
         }
-        return proposal, f"{resource} resource utilization (percentage of request)", status
+        return found.replicas, f"{resource} resource utilization (percentage of request)", status
 
     async def _scale(self, target: Target, replicas: int) -> None:
         patch: Obj = {}
@@ -592,15 +601,40 @@ def _selector_map(text: str) -> dict[str, str]:
     return out
 
 
-def _usage_milli(metrics: Obj, resource: str, container: str) -> int:
-    total = 0
+def _usage_milli(metrics: Obj, resource: str, container: str) -> int | None:
+    """A pod's usage summed over its containers (or the one named); None, as the metrics client skips the
+    pod, when a container reports no such usage or the named container is absent."""
+    total, seen = 0, False
     for entry in metrics.get("containers") or []:
         if container and entry.get("name") != container:
             continue
         amount = Quantity.parse((entry.get("usage") or {}).get(resource))
-        if amount is not None:
-            total += amount.milli_value()
-    return total
+        if amount is None:
+            return None
+        total += amount.milli_value()
+        seen = True
+    return total if seen else None
+
+
+def _milli(value: int) -> str:
+    """``resource.NewMilliQuantity(value, DecimalSI)`` as the wire shows it."""
+    return str(Quantity(Decimal(value) / 1000))
+
+
+def _pod_facts(pod: Obj, resource: str, container: str) -> PodFacts:
+    ready = podutil.ready_condition(pod)
+    state = podutil.status(pod)
+    request = _request_milli(pod, resource, container)
+    return PodFacts(
+        podutil.name_of(pod),
+        phase=str(state.get("phase") or ""),
+        deleting=podutil.is_deleting(pod),
+        ready=str(ready.get("status") or "") if ready is not None else None,
+        ready_changed=parse_time(ready.get("lastTransitionTime")) if ready is not None else None,
+        started=parse_time(state.get("startTime")),
+        request=request,
+        unrequested=container or _first_missing(pod, resource) if request is None else "",
+    )
 
 
 def _request_milli(pod: Obj, resource: str, container: str) -> int | None:

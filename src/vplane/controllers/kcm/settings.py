@@ -135,3 +135,17 @@ class ControllerManagerSettings(BaseModel):
     ``serviceaccount-token`` controller does not start."""
     concurrent_serviceaccount_token_syncs: int = Field(default=5, ge=1)
     """Token Secrets looked at once (``--concurrent-serviceaccount-token-syncs``)."""
+
+    # -- kcmlast: HPA readiness handling, ServiceCIDR finalizer, CSR approval resync ---------------------
+    horizontal_pod_autoscaler_cpu_initialization_period_seconds: float = Field(default=300.0, ge=0)
+    """How long after a pod starts its CPU samples are taken only once it is Ready and a full metric window
+    has passed since (``--horizontal-pod-autoscaler-cpu-initialization-period``)."""
+    horizontal_pod_autoscaler_initial_readiness_delay_seconds: float = Field(default=30.0, ge=0)
+    """After the initialization period, a pod not Ready whose Ready condition last changed within this long
+    of its start counts as never ready (``--horizontal-pod-autoscaler-initial-readiness-delay``)."""
+    service_cidr_deletion_grace_period_seconds: float = Field(default=10.0, ge=0)
+    """How long after a ServiceCIDR's deletion its finalizer stays once nothing blocks it, so allocators that
+    still saw the range as usable are done with it (upstream's ``deletionGracePeriod``)."""
+    csr_approving_min_resync_period_seconds: float = Field(default=43200.0, gt=0)
+    """``csrapproving`` looks at every pending request again after this long, up to twice it (upstream's
+    informer resync, ``--min-resync-period`` 12 h): a requester refused before may have been granted since."""
