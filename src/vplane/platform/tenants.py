@@ -110,11 +110,20 @@ class TenantSupervisor:
         return tenant
 
     def _ports(self, tenant: Tenant, replicas: int) -> list[int]:
+        """Each replica's port, kept in ``ports.json`` so adopted replicas keep theirs. Written atomically and
+        only when it grows: a platform killed mid-write once left it empty, and every later pass failed."""
         path = tenant.directory / "ports.json"
-        ports: list[int] = json.loads(path.read_text()) if path.exists() else []
-        while len(ports) < replicas:
-            ports.append(free_port())
-        path.write_text(json.dumps(ports))
+        ports: list[int] = []
+        try:
+            loaded = json.loads(path.read_text())
+            if isinstance(loaded, list) and all(isinstance(p, int) for p in loaded):
+                ports = loaded
+        except (OSError, ValueError):
+            pass  # missing or unreadable: replicas get new ports (running ones are restarted on them)
+        if len(ports) < replicas:
+            while len(ports) < replicas:
+                ports.append(free_port())
+            write_private(path, json.dumps(ports))
         return ports
 
     async def _supervise(self, tenant: Tenant, replica: Replica) -> None:

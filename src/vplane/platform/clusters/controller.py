@@ -226,7 +226,8 @@ class ClusterController:
             return self.settings.cluster_resync_seconds  # another replica holds the tunnel: it writes
         online = any(n.online for n in sessions) if spec.get("networkPeer") else None
         outcome, grace_left = await self._pass(name, cluster, mode, sessions)
-        await self._write(cluster, outcome, online)
+        if not await self._write(cluster, outcome, online):
+            return self.settings.cluster_offline_requeue_seconds  # and at once, for the newer object's event
         s = self.settings
         return st.requeue_after(
             outcome,
@@ -674,12 +675,26 @@ class ClusterController:
         self._pending_seen.pop(seen_key, None)
         return await helm.release(namespace)
 
-    async def _write(self, cluster: Obj, outcome: st.Outcome, online: bool | None) -> None:
+    async def _write(self, cluster: Obj, outcome: st.Outcome, online: bool | None) -> bool:
+        """Write the pass's outcome on the Cluster as it was read at the pass's start (its resourceVersion is
+        the precondition): a pass that outlived a pause of this replica, or raced another writer, must not
+        overwrite what was written meanwhile. False when it was refused; the newer object requeues it."""
         current = cluster.get("status") or {}
         patch = st.status_patch(current, outcome, online)
         if patch is None:
-            return
-        name = cluster["metadata"]["name"]
+            return True
+        meta = cluster["metadata"]
+        name = meta["name"]
+        body: Obj = {"status": patch}
+        if meta.get("resourceVersion"):
+            body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        try:
+            await self.deps.management.patch(CLUSTERS, name, body, subresource="status")
+        except errors.StatusError as exc:  # 404: deleted meanwhile, the delete event follows
+            if exc.code == 409:
+                log.debug("cluster status not written: the cluster changed meanwhile", cluster=name)
+                return False
+            return True
         if (current.get("phase"), current.get("reason")) != (outcome.phase, outcome.reason):
             log.info(
                 "cluster status",
@@ -688,5 +703,4 @@ class ClusterController:
                 reason=outcome.reason,
                 message=outcome.message,
             )
-        with contextlib.suppress(errors.StatusError):  # deleted meanwhile: the delete event follows
-            await self.deps.management.patch(CLUSTERS, name, {"status": patch}, subresource="status")
+        return True
