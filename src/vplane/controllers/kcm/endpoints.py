@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -291,6 +291,32 @@ def service_selects(service: Obj, pod: Obj) -> bool:
     return labelsel.exact(selector).matches(podutil.labels_of(pod))
 
 
+def selecting_services(services_by_namespace: Index, pod: Obj) -> set[str]:
+    """Keys of the Services in the pod's namespace whose selector matches it."""
+    return {
+        object_key(svc)
+        for svc in services_by_namespace.get(podutil.namespace_of(pod))
+        if service_selects(svc, pod)
+    }
+
+
+def services_after_pod_update(old: Obj, new: Obj, services_of: Callable[[Obj], set[str]]) -> set[str]:
+    """The Services to sync after a pod update, as upstream's ``GetServicesToUpdateOnPodChange`` (shared by the
+    Endpoints and EndpointSlice controllers): none for a resync or a change no endpoint shows; those of the
+    new pod; with changed labels also those of the old one (all of them when the endpoint changed too, else
+    only the Services that gained or lost the pod)."""
+    if podutil.meta(old).get("resourceVersion") == podutil.meta(new).get("resourceVersion"):
+        return set()
+    pod_changed, labels_changed = pod_endpoints_changed(old, new)
+    if not pod_changed and not labels_changed:
+        return set()
+    keys = services_of(new)
+    if labels_changed:
+        before = services_of(old)
+        keys = keys | before if pod_changed else keys ^ before
+    return keys
+
+
 # -- writers -----------------------------------------------------------------------------------------------
 
 
@@ -422,27 +448,14 @@ class EndpointsController(ManagedController):
         self.endpoints.add_handlers(on_delete=lambda ep: self.enqueue(object_key(ep)))
 
     def _services_of(self, pod: Obj) -> set[str]:
-        return {
-            object_key(svc)
-            for svc in self.services_by_namespace.get(podutil.namespace_of(pod))
-            if service_selects(svc, pod)
-        }
+        return selecting_services(self.services_by_namespace, pod)
 
     def _pod_added(self, pod: Obj) -> None:
         for key in self._services_of(pod):
             self.enqueue_after(key, self.batch)
 
     def _pod_updated(self, old: Obj, new: Obj) -> None:
-        if podutil.meta(old).get("resourceVersion") == podutil.meta(new).get("resourceVersion"):
-            return
-        pod_changed, labels_changed = pod_endpoints_changed(old, new)
-        if not pod_changed and not labels_changed:
-            return
-        keys = self._services_of(new)
-        if labels_changed:
-            before = self._services_of(old)
-            keys = keys | before if pod_changed else keys ^ before
-        for key in keys:
+        for key in services_after_pod_update(old, new, self._services_of):
             self.enqueue_after(key, self.batch)
 
     async def started(self) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from vplane.controllers.client import Resource
-from vplane.controllers.informer import Informer, object_key
+from vplane.controllers.informer import Informer
 from vplane.controllers.kcm import pods as podutil
 from vplane.controllers.kcm.context import ControllerContext, ManagedController
 from vplane.controllers.kcm.endpoints import (
@@ -38,9 +38,10 @@ from vplane.controllers.kcm.endpoints import (
     TRIGGER_TIME,
     TriggerTimeTracker,
     is_service_ip_set,
-    pod_endpoints_changed,
     pod_ips,
+    selecting_services,
     service_selects,
+    services_after_pod_update,
     should_pod_be_in_endpoints,
 )
 from vplane.controllers.kcm.events import WARNING
@@ -441,27 +442,14 @@ class EndpointSliceController(ManagedController):
         )
 
     def _services_of(self, pod: Obj) -> set[str]:
-        return {
-            object_key(svc)
-            for svc in self.services_by_namespace.get(podutil.namespace_of(pod))
-            if service_selects(svc, pod)
-        }
+        return selecting_services(self.services_by_namespace, pod)
 
     def _pod_added(self, pod: Obj) -> None:
         for key in self._services_of(pod):
             self.enqueue_after(key, self.batch)
 
     def _pod_updated(self, old: Obj, new: Obj) -> None:
-        if podutil.meta(old).get("resourceVersion") == podutil.meta(new).get("resourceVersion"):
-            return
-        pod_changed, labels_changed = pod_endpoints_changed(old, new)
-        if not pod_changed and not labels_changed:
-            return
-        keys = self._services_of(new)
-        if labels_changed:
-            before = self._services_of(old)
-            keys = keys | before if pod_changed else keys ^ before
-        for key in keys:
+        for key in services_after_pod_update(old, new, self._services_of):
             self.enqueue_after(key, self.batch)
 
     def _slice_changed(self, slice_: Obj) -> None:
