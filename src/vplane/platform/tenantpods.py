@@ -58,7 +58,7 @@ from vplane.platform.placement import (
 )
 from vplane.platform.settings import PlatformSettings
 from vplane.platform.tenantnet import tenant_network
-from vplane.platform.tenants import free_port
+from vplane.platform.tenants import recorded_ports
 from vplane.support import tls
 from vplane.support.files import private_dir, write_private
 from vplane.support.tasks import cancel_and_wait
@@ -394,20 +394,8 @@ class TenantPods:
             tenant.network = tenant_network(self.settings, self.root, tenant.directory)
 
     def _port(self, directory: Path) -> int:
-        """The tenant's port: the setting, else one chosen once and kept (the process placement's
-        ``ports.json``, whose first port is replica 0's, so a tenant moved between placements keeps it)."""
-        if self.settings.tenant_pod_port:
-            return self.settings.tenant_pod_port
-        path = directory / "ports.json"
-        try:
-            ports = json.loads(path.read_text())
-            if isinstance(ports, list) and ports and isinstance(ports[0], int):
-                return ports[0]
-        except (OSError, ValueError):
-            pass
-        port = free_port()
-        write_private(path, json.dumps([port]))
-        return port
+        """The tenant's port: the setting, else replica 0's recorded port (the process placement's too)."""
+        return self.settings.tenant_pod_port or recorded_ports(directory, 1)[0]
 
     def _params(self, tenant: Tenant, port: int) -> PodParams:
         data = "$(VPLANE_MOUNT_DATA)"

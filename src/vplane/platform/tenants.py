@@ -47,6 +47,26 @@ def free_port() -> int:
         return port
 
 
+def recorded_ports(directory: Path, count: int) -> list[int]:
+    """A tenant's replica ports, chosen once and kept in ``ports.json`` (replica 0's first, whatever the
+    placement, so adopted replicas and a tenant moved between placements keep theirs). Written atomically and
+    only when it grows: a platform killed mid-write once left it empty, and every later pass failed; a file
+    that cannot be read gives new ports."""
+    path = directory / "ports.json"
+    ports: list[int] = []
+    try:
+        loaded = json.loads(path.read_text())
+        if isinstance(loaded, list) and all(isinstance(p, int) for p in loaded):
+            ports = loaded
+    except (OSError, ValueError):
+        pass
+    if len(ports) < count:
+        while len(ports) < count:
+            ports.append(free_port())
+        write_private(path, json.dumps(ports))
+    return ports
+
+
 class TenantSupervisor:
     """The ``process`` placement (:class:`vplane.platform.placement.TenantPlacement`)."""
 
@@ -110,21 +130,7 @@ class TenantSupervisor:
         return tenant
 
     def _ports(self, tenant: Tenant, replicas: int) -> list[int]:
-        """Each replica's port, kept in ``ports.json`` so adopted replicas keep theirs. Written atomically and
-        only when it grows: a platform killed mid-write once left it empty, and every later pass failed."""
-        path = tenant.directory / "ports.json"
-        ports: list[int] = []
-        try:
-            loaded = json.loads(path.read_text())
-            if isinstance(loaded, list) and all(isinstance(p, int) for p in loaded):
-                ports = loaded
-        except (OSError, ValueError):
-            pass  # missing or unreadable: replicas get new ports (running ones are restarted on them)
-        if len(ports) < replicas:
-            while len(ports) < replicas:
-                ports.append(free_port())
-            write_private(path, json.dumps(ports))
-        return ports
+        return recorded_ports(tenant.directory, replicas)
 
     async def _supervise(self, tenant: Tenant, replica: Replica) -> None:
         backoff = self.settings.tenant_restart_backoff_seconds

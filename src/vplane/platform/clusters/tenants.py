@@ -58,8 +58,8 @@ from vplane.platform.tenantpods import (
     replicas_from_pods,
 )
 from vplane.platform.tenantproxy import Connect, TenantProxy
-from vplane.platform.tenants import free_port
-from vplane.support.files import private_dir, write_private
+from vplane.platform.tenants import recorded_ports
+from vplane.support.files import private_dir
 
 log = structlog.get_logger("vplane.platform.clusters.tenants")
 
@@ -233,20 +233,7 @@ class ConnectedTenants:
 
     def _port(self, spec: TenantSpec) -> int:
         """Kept on the platform's side (``ports.json``), so re-applying never moves the replicas."""
-        if self.settings.tenant_pod_port:
-            return self.settings.tenant_pod_port
-        directory = self.root / spec.namespace / spec.name
-        path = directory / "ports.json"
-        try:
-            ports = json.loads(path.read_text())
-            if isinstance(ports, list) and ports and isinstance(ports[0], int):
-                return int(ports[0])
-        except (OSError, ValueError):
-            pass
-        private_dir(directory)
-        port = free_port()
-        write_private(path, json.dumps([port]))
-        return port
+        return self.settings.tenant_pod_port or recorded_ports(self.root / spec.namespace / spec.name, 1)[0]
 
     async def ensure(self, spec: TenantSpec) -> Tenant:
         """Apply the tenant's objects on ``spec.cluster`` (when they changed) and read its pods. Raises
