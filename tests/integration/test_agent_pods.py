@@ -115,6 +115,18 @@ class NodeCluster:
                 self.proc.wait()
         self.proc = None
 
+    def stop_leaving_nothing(self, within: float) -> None:
+        """Stop, then fail if a process of its pods outlives it by ``within`` seconds (those are killed)."""
+        self.stop()
+        deadline = time.monotonic() + within
+        while self.leftovers() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = self.leftovers()
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        assert not left, f"processes left behind by the node: {left}"
+
     def leftovers(self) -> list[int]:
         """Processes of the node's pods still alive (their environment names the node's directory)."""
         marker = f"VPLANE_NODE_ROOT={self.node_dir}".encode()
@@ -164,15 +176,7 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeClust
         pytest.skip("helm is not installed; run scripts/bootstrap")
     cluster = NodeCluster(tmp_path_factory.mktemp("agent-pods") / "cluster").start()
     yield cluster
-    cluster.stop()
-    deadline = time.monotonic() + 5
-    while cluster.leftovers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = cluster.leftovers()
-    for pid in left:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    assert not left, f"processes left behind by the node: {left}"
+    cluster.stop_leaving_nothing(within=5)
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,7 @@ tenant's pods), the agent chart installed by the real helm, kubectl on both side
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,15 +61,7 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeClust
         pytest.skip("helm is not installed; run scripts/bootstrap")
     cluster = NodeCluster(tmp_path_factory.mktemp("connected-tenants") / "cluster").start()
     yield cluster
-    cluster.stop()
-    deadline = time.monotonic() + 10
-    while cluster.leftovers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = cluster.leftovers()
-    for pid in left:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    assert not left, f"processes left behind by the node: {left}"
+    cluster.stop_leaving_nothing(within=10)
 
 
 @pytest.fixture(scope="module")

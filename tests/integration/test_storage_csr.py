@@ -410,37 +410,47 @@ def test_approving_needs_approve_on_the_signer_and_masters_is_refused(
     )
 
 
-def test_kubelet_client_csr_auto_approved_after_access_review(
-    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
-) -> None:
-    """csrapproving: a kubelet client request from someone a SubjectAccessReview allows to create
-    certificatesigningrequests/nodeclient is approved (AutoApproved, upstream's message) and then signed;
-    one from a requester without that permission stays pending."""
-    usages = ["digital signature", "client auth"]
-    # an account that may create CSRs, but not certificatesigningrequests/nodeclient
-    kubectl.run("create", "serviceaccount", "bootstrapper", "-n", namespace)
-    role = f"csr-create-{namespace}"
+KUBELET_CLIENT = "kubernetes.io/kube-apiserver-client-kubelet"
+KUBELET_USAGES = ["digital signature", "client auth"]
+
+
+def csr_requester(kubectl: Kubectl, namespace: str, account: str, role: str) -> str:
+    """A service account that may create and get CSRs, but not certificatesigningrequests/nodeclient: its
+    token."""
+    kubectl.run("create", "serviceaccount", account, "-n", namespace)
     kubectl.run("create", "clusterrole", role, "--verb=create,get", "--resource=certificatesigningrequests")
     kubectl.run(
         "create",
         "clusterrolebinding",
         role,
         f"--clusterrole={role}",
-        f"--serviceaccount={namespace}:bootstrapper",
+        f"--serviceaccount={namespace}:{account}",
     )
-    token = kubectl.run("create", "token", "bootstrapper", "-n", namespace).out.strip()
-    plain, _ = make_request(f"system:node:{namespace}-b", ("system:nodes",))
-    pending = f"{namespace}-unprivileged"
-    code, _, body = shared_apiserver.request(
+    return kubectl.run("create", "token", account, "-n", namespace).out.strip()
+
+
+def post_kubelet_csr(server: APIServerProcess, token: str, name: str, request: bytes) -> None:
+    code, _, body = server.request(
         "POST",
         "/apis/certificates.k8s.io/v1/certificatesigningrequests",
-        json.dumps(
-            csr_manifest(pending, plain, "kubernetes.io/kube-apiserver-client-kubelet", usages)
-        ).encode(),
+        json.dumps(csr_manifest(name, request, KUBELET_CLIENT, KUBELET_USAGES)).encode(),
         {"Content-Type": "application/json"},
         token=token,
     )
     assert code == 201, body
+
+
+def test_kubelet_client_csr_auto_approved_after_access_review(
+    shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    """csrapproving: a kubelet client request from someone a SubjectAccessReview allows to create
+    certificatesigningrequests/nodeclient is approved (AutoApproved, upstream's message) and then signed;
+    one from a requester without that permission stays pending."""
+    role = f"csr-create-{namespace}"
+    token = csr_requester(kubectl, namespace, "bootstrapper", role)
+    plain, _ = make_request(f"system:node:{namespace}-b", ("system:nodes",))
+    pending = f"{namespace}-unprivileged"
+    post_kubelet_csr(shared_apiserver, token, pending, plain)
     # the admin may create certificatesigningrequests/nodeclient
     request, _ = make_request(f"system:node:{namespace}-a", ("system:nodes",))
     name = f"{namespace}-kubelet"
@@ -448,7 +458,7 @@ def test_kubelet_client_csr_auto_approved_after_access_review(
         shared_apiserver,
         "POST",
         "/apis/certificates.k8s.io/v1/certificatesigningrequests",
-        csr_manifest(name, request, "kubernetes.io/kube-apiserver-client-kubelet", usages),
+        csr_manifest(name, request, KUBELET_CLIENT, KUBELET_USAGES),
     )
     csr = wait_for(
         lambda: (c := get_csr(shared_apiserver, name)) and c.get("status", {}).get("certificate") and c,
@@ -473,30 +483,11 @@ def test_pending_kubelet_csr_approved_at_resync_once_its_requester_may(
     """csrapproving's resync: a kubelet client request refused by the SubjectAccessReview stays pending, and
     is approved at a later resync once its requester is granted certificatesigningrequests/nodeclient (the
     request itself never changes)."""
-    usages = ["digital signature", "client auth"]
-    kubectl.run("create", "serviceaccount", "latecomer", "-n", namespace)
     role = f"csr-late-{namespace}"
-    kubectl.run("create", "clusterrole", role, "--verb=create,get", "--resource=certificatesigningrequests")
-    kubectl.run(
-        "create",
-        "clusterrolebinding",
-        role,
-        f"--clusterrole={role}",
-        f"--serviceaccount={namespace}:latecomer",
-    )
-    token = kubectl.run("create", "token", "latecomer", "-n", namespace).out.strip()
+    token = csr_requester(kubectl, namespace, "latecomer", role)
     request, _ = make_request(f"system:node:{namespace}-late", ("system:nodes",))
     name = f"{namespace}-late"
-    code, _, body = shared_apiserver.request(
-        "POST",
-        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
-        json.dumps(
-            csr_manifest(name, request, "kubernetes.io/kube-apiserver-client-kubelet", usages)
-        ).encode(),
-        {"Content-Type": "application/json"},
-        token=token,
-    )
-    assert code == 201, body
+    post_kubelet_csr(shared_apiserver, token, name, request)
     time.sleep(4 * RESYNC)  # several resyncs refused by the access review
     left = get_csr(shared_apiserver, name)
     assert left is not None and not left.get("status", {}).get("conditions")
