@@ -74,8 +74,9 @@ def deploy(tk: Kubectl, name: str, command: str) -> dict[str, Any]:
 
 def test_a_deployment_runs_on_the_tenant_node_with_logs_and_exec(platform: Platform, tmp_path: Path) -> None:
     tk = tenant(platform, "a", tmp_path)
-    nodes = tk.run("get", "nodes", "--no-headers").stdout.split()
-    assert nodes[:2] == ["a-node", "Ready"], nodes
+    # The tenant reads Ready once its API answers; its leader registers the node just after (like a kubelet
+    # joining a fresh cluster), so the node is awaited rather than read once.
+    eventually(lambda: tk.run("get", "nodes", "--no-headers").stdout.split()[:2] == ["a-node", "Ready"])
     pod = deploy(tk, "web", "echo hello-from-tenant; exec sleep 3600")
     name = pod["metadata"]["name"]
     assert pod["spec"]["nodeName"] == "a-node"
