@@ -225,11 +225,20 @@ def test_ctrl_c_stops_vplane_up_promptly_after_an_abandoned_watch(tmp_path: Path
         watch = k.popen(
             "--context", "vplane_target_default", "get", "configmap", "watched", "-w", "-o", "name"
         )
-        assert watch.stdout is not None
-        assert "watched" in watch.stdout.readline()  # listed: the watch is open through the platform
-        replicas = {name: up.replica_pid(name) for name in ("client", "target")}
-        watch.send_signal(signal.SIGINT)
-        watch.communicate(timeout=30)
+        try:
+            assert watch.stdout is not None
+            assert "watched" in watch.stdout.readline()  # listed
+            # kubectl prints the list before it opens the watch and only then handles Ctrl-C itself; an
+            # interrupt in between is lost (it keeps watching). A change it prints proves the watch open.
+            k.run("--context", "vplane_target_default", "label", "configmap", "watched", "seen=yes")
+            assert "watched" in watch.stdout.readline()
+            replicas = {name: up.replica_pid(name) for name in ("client", "target")}
+            watch.send_signal(signal.SIGINT)
+            watch.communicate(timeout=30)
+        finally:
+            if watch.poll() is None:
+                watch.kill()
+                watch.communicate()
         time.sleep(1)  # the platform notices the client is gone (its relay is left waiting on the tenant)
         up.interrupt()
         assert up.proc is not None
