@@ -3,11 +3,9 @@ server built on vplane's own API server with delegated authentication and author
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import ssl
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ import yaml
 from aiohttp import web
 
 from harness import APIServerProcess, Kubectl
+from threadserver import ThreadedServer
 from vplane.support import tls
 
 pytestmark = pytest.mark.integration
@@ -46,12 +45,21 @@ class EchoBackend:
         self.cert, self.key = workdir / "echo.crt", workdir / "echo.key"
         serving.write(self.cert, self.key)
         self.front_proxy_ca = front_proxy_ca
-        self.port = 0
         self.seen: list[dict[str, Any]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event
-        self._thread: threading.Thread
-        self._ready = threading.Event()
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.cert, self.key)
+        ctx.load_verify_locations(cafile=str(self.front_proxy_ca))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        self._server = ThreadedServer(self._app, ctx)
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
 
     async def _handle(self, request: web.Request) -> web.Response:
         peer = request.transport.get_extra_info("peercert") if request.transport else None
@@ -83,47 +91,11 @@ class EchoBackend:
             )
         return web.json_response(record)
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ctx.load_cert_chain(self.cert, self.key)
-            ctx.load_verify_locations(cafile=str(self.front_proxy_ca))
-            ctx.verify_mode = ssl.CERT_REQUIRED
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
-            await site.start()
-            self.port = runner.addresses[0][1]
-            self._ready.set()
-            await self._stop.wait()
-            await runner.cleanup()
-            # let TLS shutdowns of the aggregator's pooled connections finish before the loop closes
-            for _ in range(20):
-                if not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
-                    break
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.2)
-
-        try:
-            loop.run_until_complete(main())
-        finally:
-            loop.close()
-
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10)
+        self._server.start()
 
     def stop(self) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(10)
+        self._server.stop()
 
 
 def register(kubectl: Kubectl, name: str, group: str, port: int, ca_pem: bytes | None) -> None:

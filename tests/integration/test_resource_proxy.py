@@ -45,6 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness import Kubectl, PlatformProcess
 from platformkit import FAST, Platform, eventually, stop_platform, vci_manifest, wait_ready
+from threadserver import ThreadedServer
 from vplane.support import tls
 
 pytestmark = pytest.mark.integration
@@ -394,32 +395,27 @@ class SlowWebhook:
         self.ca.issue_cert("127.0.0.1").configure_cert(self.ssl)
         self.started = threading.Event()
         self.finished = threading.Event()
-        self.loop = asyncio.new_event_loop()
-        self.port = 0
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._server = ThreadedServer(self._app, self.ssl)
 
     @property
     def ca_bundle(self) -> str:
         return base64.b64encode(self.ca.cert_pem.bytes()).decode()
 
+    @property
+    def port(self) -> int:
+        return self._server.port
+
     def start(self) -> SlowWebhook:
-        self._thread.start()
-        assert self._ready.wait(10)
+        self._server.start()
         return self
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
+    def stop(self) -> None:
+        self._server.stop()
+
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/slow", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        self.loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl)
-        self.loop.run_until_complete(site.start())
-        self.port = self._runner.addresses[0][1]
-        self._ready.set()
-        self.loop.run_forever()
+        return app
 
     async def _handle(self, request: web.Request) -> web.Response:
         review = await request.json()
@@ -430,17 +426,6 @@ class SlowWebhook:
         return web.json_response(
             {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
         )
-
-    def stop(self) -> None:
-        async def cleanup() -> None:
-            assert self._runner is not None
-            await self._runner.shutdown()
-            await self._runner.cleanup()
-
-        asyncio.run_coroutine_threadsafe(cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
 
 
 def closed_port() -> int:

@@ -39,6 +39,7 @@ from aiohttp import web
 from test_runtime import NODE, Cluster, apply, pod, pod_json, wait_status, wait_until
 
 from harness import APIServerProcess, Kubectl, PlatformProcess
+from threadserver import ThreadedServer
 from vplane.support import httprelay, tls
 
 pytestmark = pytest.mark.integration
@@ -615,20 +616,29 @@ class UpgradeBackend:
         self.cert, self.key = workdir / "ws.crt", workdir / "ws.key"
         serving.write(self.cert, self.key)
         self.client_ca = client_ca
-        self.port = port
         self.users: list[str | None] = []
         self.closed = threading.Event()
         self.holding = threading.Event()
         self.held_closed = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event
-        self._transports: set[asyncio.Transport] = set()
-        self._ready = threading.Event()
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.cert, self.key)
+        if client_ca is not None:
+            ctx.load_verify_locations(cafile=str(client_ca))
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        self._server = ThreadedServer(self._app, ctx, port)
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.users.append(request.headers.get("X-Remote-User"))
-        if request.transport is not None:
-            self._transports.add(request.transport)
+        self._server.track(request.transport)
         if request.path.endswith("/apis/" + GROUP + "/v1") or request.path == f"/apis/{GROUP}/v1":
             return web.json_response(
                 {
@@ -669,49 +679,12 @@ class UpgradeBackend:
         self.closed.set()
         return ws
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ctx.load_cert_chain(self.cert, self.key)
-            if self.client_ca is not None:
-                ctx.load_verify_locations(cafile=str(self.client_ca))
-                ctx.verify_mode = ssl.CERT_REQUIRED
-            runner = web.AppRunner(app, shutdown_timeout=1.0)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", self.port, ssl_context=ctx)
-            await site.start()
-            self.port = runner.addresses[0][1]
-            self._ready.set()
-            await self._stop.wait()
-            await runner.cleanup()
-            # A kept-alive connection's TLS goodbye may still be under way: dropped, so that no socket
-            # outlives the loop.
-            for transport in self._transports:
-                transport.abort()
-            for _ in range(3):
-                await asyncio.sleep(0)
-
-        try:
-            loop.run_until_complete(main())
-        finally:
-            loop.close()
-
     def __enter__(self) -> UpgradeBackend:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10)
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(10)
+        self._server.stop()
 
 
 def register_apiservice(k: Kubectl, port: int, ca_pem: bytes) -> None:

@@ -8,7 +8,6 @@ replica it starts; a listener the test opens counts the connections that reach i
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import socket
@@ -23,6 +22,7 @@ import yaml
 from aiohttp import web
 
 from harness import Kubectl, PlatformProcess
+from threadserver import ThreadedServer
 from vplane.support import tls
 
 pytestmark = pytest.mark.integration
@@ -242,10 +242,14 @@ class Backend:
         tls.issue_serving(ca, ["localhost", "127.0.0.1"]).write(self.cert, self.key)
         self.port = port
         self.requests = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.cert, self.key)
+        self._server = ThreadedServer(self._app, ctx, port)
+
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.requests += 1
@@ -258,39 +262,12 @@ class Backend:
             }
         )
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ctx.load_cert_chain(self.cert, self.key)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", self.port, ssl_context=ctx).start()
-            self._ready.set()
-            await self._stop.wait()
-            await runner.cleanup()
-            # the tenant's pooled connection closes with a TLS shutdown: let it finish before the loop does
-            await asyncio.sleep(0.3)
-
-        try:
-            loop.run_until_complete(main())
-        finally:
-            loop.close()
-
     def __enter__(self) -> Backend:
-        self._thread.start()
-        assert self._ready.wait(10)
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(10)
+        self._server.stop()
 
 
 def test_an_allowed_backend_of_the_tenant_process_is_served(tenant: Tenant, tmp_path: Path) -> None:

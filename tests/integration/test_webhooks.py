@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import yaml
 from aiohttp import web
 
 from harness import APIServerProcess, Kubectl
+from threadserver import ThreadedServer
 
 pytestmark = pytest.mark.integration
 
@@ -41,59 +41,35 @@ class WebhookServer:
         self.ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         cert.configure_cert(self.ssl)
         self.reviews: list[tuple[str, dict[str, Any]]] = []
-        self.loop = asyncio.new_event_loop()
-        self.port = 0
-        self._runner: web.AppRunner | None = None
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._transports: set[asyncio.BaseTransport] = set()
+        self._server = ThreadedServer(self._app, self.ssl)
 
     @property
     def ca_bundle(self) -> str:
         return base64.b64encode(self.ca.cert_pem.bytes()).decode()
 
+    @property
+    def port(self) -> int:
+        return self._server.port
+
     def url(self, path: str) -> str:
         return f"https://127.0.0.1:{self.port}{path}"
 
     def start(self) -> WebhookServer:
-        self._thread.start()
-        assert self._started.wait(10)
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        async def cleanup() -> None:
-            assert self._runner is not None
-            await self._runner.cleanup()
-            # A kept-alive connection's TLS goodbye may still be under way on a loaded machine: dropped, so
-            # that no socket outlives the loop (it was found unclosed, as a warning, in a later test).
-            for transport in self._transports:
-                transport.abort()
-            for _ in range(3):
-                await asyncio.sleep(0)
+        self._server.stop()
 
-        asyncio.run_coroutine_threadsafe(cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/{behaviour}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        self.loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl)
-        self.loop.run_until_complete(site.start())
-        self.port = self._runner.addresses[0][1]
-        self._started.set()
-        self.loop.run_forever()
+        return app
 
     def seen(self, behaviour: str) -> list[dict[str, Any]]:
         return [review for path, review in list(self.reviews) if path == behaviour]
 
     async def _handle(self, request: web.Request) -> web.Response:
-        if request.transport is not None:
-            self._transports.add(request.transport)
         behaviour = request.match_info["behaviour"]
         review = await request.json()
         self.reviews.append((behaviour, review))
