@@ -1,5 +1,5 @@
 """HorizontalPodAutoscaler decisions made purely: bounds before metrics, the scale rules and their
-ScalingLimited reasons, utilization with its tolerance, downscale stabilization, and conditions."""
+ScalingLimited reasons, downscale stabilization, and conditions."""
 
 from __future__ import annotations
 
@@ -28,13 +28,6 @@ def test_scale_rules_name_the_bound_that_applied() -> None:
     assert hpa.convert_with_rules(1, 20, 1, 10)[:2] == (4, "ScaleUpLimit")  # or 4
     assert hpa.convert_with_rules(3, 20, 2, 5)[:2] == (5, "TooManyReplicas")
     assert hpa.convert_with_rules(3, 1, 2, 5)[:2] == (2, "TooFewReplicas")
-
-
-def test_utilization_with_tolerance() -> None:
-    assert hpa.utilization_replicas(2, [500, 500], [1000, 1000], 50) == (2, 50)
-    assert hpa.utilization_replicas(2, [540, 540], [1000, 1000], 50) == (2, 54)  # within 10%
-    assert hpa.utilization_replicas(2, [900, 900], [1000, 1000], 50) == (4, 90)
-    assert hpa.utilization_replicas(4, [100, 100, 100, 100], [1000] * 4, 50) == (1, 10)
 
 
 def test_downscale_follows_the_highest_recent_recommendation() -> None:

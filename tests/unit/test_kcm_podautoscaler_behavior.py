@@ -4,6 +4,7 @@ policy's period, the bounds, the conditions upstream sets, and the per-direction
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from vplane.controllers.kcm import podautoscaler as hpa
@@ -18,6 +19,7 @@ from vplane.controllers.kcm.podautoscalerutil import (
     normalize_with_behaviors,
     tolerances,
 )
+from vplane.controllers.kcm.replicacalc import ZERO_TIME, PodFacts, Sample, resource_replicas
 
 T0 = 1_700_000_000.0
 KEY = "ns/web"
@@ -208,14 +210,35 @@ def test_history_keeps_only_what_the_longest_period_reads() -> None:
     assert KEY not in history.ups
 
 
+def utilization(
+    current: int,
+    usage: Sequence[int],
+    requests: Sequence[int],
+    target: int,
+    tolerance: Tolerances = hpa.DEFAULT_TOLERANCES,
+) -> tuple[int, int]:
+    """(replicas, utilization %) for ready pods that all report, through the replica calculation."""
+    pods = [PodFacts(f"p{i}", request=r, started=ZERO_TIME) for i, r in enumerate(requests)]
+    samples = {f"p{i}": Sample(u, None, 60) for i, u in enumerate(usage)}
+    found = resource_replicas(current, target, "cpu", pods, samples, tolerance, T0)
+    return found.replicas, found.utilization
+
+
+def test_utilization_with_tolerance() -> None:
+    assert utilization(2, [500, 500], [1000, 1000], 50) == (2, 50)
+    assert utilization(2, [540, 540], [1000, 1000], 50) == (2, 54)  # within 10%
+    assert utilization(2, [900, 900], [1000, 1000], 50) == (4, 90)
+    assert utilization(4, [100, 100, 100, 100], [1000] * 4, 50) == (1, 10)
+
+
 def test_tolerance_per_direction() -> None:
     assert tolerances(None, 0.1) == Tolerances(0.1, 0.1)
     found = tolerances({"scaleUp": {"tolerance": "0"}, "scaleDown": {"tolerance": "50m"}}, 0.1)
     assert found == Tolerances(0.05, 0.0)
     assert tolerances({"scaleUp": {"tolerance": "-1"}}, 0.1) == Tolerances(0.1, 0.1)
     # 52% of a 50% target: within the default 10% but not within a zero scale-up tolerance
-    assert hpa.utilization_replicas(2, [520, 520], [1000, 1000], 50) == (2, 52)
-    assert hpa.utilization_replicas(2, [520, 520], [1000, 1000], 50, found) == (3, 52)
+    assert utilization(2, [520, 520], [1000, 1000], 50) == (2, 52)
+    assert utilization(2, [520, 520], [1000, 1000], 50, found) == (3, 52)
     # 47%: more than 5% below the target, so a scale-down, but within the default 10%
-    assert hpa.utilization_replicas(20, [470] * 20, [1000] * 20, 50) == (20, 47)
-    assert hpa.utilization_replicas(20, [470] * 20, [1000] * 20, 50, found) == (19, 47)
+    assert utilization(20, [470] * 20, [1000] * 20, 50) == (20, 47)
+    assert utilization(20, [470] * 20, [1000] * 20, 50, found) == (19, 47)

@@ -17,8 +17,6 @@ Custom and external metrics always fail (no custom metrics adapter is spoken to)
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -149,23 +147,6 @@ def convert_with_rules(current: int, desired: int, low: int, high: int) -> tuple
     if desired > maximum:
         return maximum, reason, message
     return desired, "DesiredWithinRange", "the desired count is within the acceptable range"
-
-
-def utilization_replicas(
-    current: int,
-    usage_milli: Sequence[int],
-    request_milli: Sequence[int],
-    target_percent: int,
-    tolerance: Tolerances = DEFAULT_TOLERANCES,
-) -> tuple[int, int]:
-    """``GetResourceReplicas`` for ready pods that all report: (replicas, utilization %). Within the
-    tolerance the count stays."""
-    requests = sum(request_milli)
-    utilization = (sum(usage_milli) * 100) // requests if requests else 0
-    ratio = utilization / target_percent if target_percent else 0.0
-    if tolerance.within(ratio):
-        return current, utilization
-    return math.ceil(ratio * len(usage_milli)), utilization
 
 
 class MetricFailed(Exception):
