@@ -215,12 +215,14 @@ def utilization(
     usage: Sequence[int],
     requests: Sequence[int],
     target: int,
-    tolerance: Tolerances = hpa.DEFAULT_TOLERANCES,
+    tolerance: Tolerances | None = None,
 ) -> tuple[int, int]:
     """(replicas, utilization %) for ready pods that all report, through the replica calculation."""
     pods = [PodFacts(f"p{i}", request=r, started=ZERO_TIME) for i, r in enumerate(requests)]
     samples = {f"p{i}": Sample(u, None, 60) for i, u in enumerate(usage)}
-    found = resource_replicas(current, target, "cpu", pods, samples, tolerance, T0)
+    found = resource_replicas(
+        current, target, "cpu", pods, samples, tolerance or tolerances(None, hpa.TOLERANCE), T0
+    )
     return found.replicas, found.utilization
 
 

@@ -28,7 +28,6 @@ from vplane.controllers.kcm.events import NORMAL, WARNING
 from vplane.controllers.kcm.informers import Index
 from vplane.controllers.kcm.podautoscalerutil import (
     History,
-    Tolerances,
     behavior_rules,
     normalize_with_behaviors,
     tolerances,
@@ -62,7 +61,6 @@ BUILTIN_TARGETS = {
 }
 TOLERANCE = 0.1
 """``--horizontal-pod-autoscaler-tolerance``."""
-DEFAULT_TOLERANCES = Tolerances(TOLERANCE, TOLERANCE)
 NO_METRICS_API = "the server could not find the requested resource (get pods.metrics.k8s.io)"
 
 _METRIC_FAILURE_REASON = {
