@@ -69,3 +69,26 @@ def test_deadline_terminations_point_at_the_slow_target() -> None:
     extra = 'vcluster_proxy_request_terminations_total{target="default/target",reason="deadline"} 1\n'
     verdict = triage(True, scrape(extra=extra), [])
     assert verdict.row.startswith("The target accepted the connection")
+
+
+def test_doctor_says_why_metrics_could_not_be_read_and_shows_the_runbook_log_lines() -> None:
+    """A client replica whose platform connection is refused cannot serve its metrics through the platform;
+    doctor says why, and shows the log lines of the runbook's log reference it found instead."""
+    from vplane.cli.doctor import ReplicaReport, render
+
+    facts = {
+        "targets": {
+            "default/target": {"groupVersion": "g/v1", "ready": True, "readyReplicas": 1, "replicas": 1}
+        }
+    }
+    no_sync = "peer cache did not sync in time for the startup probe, requests fail with 503 until the first netmap arrives"
+    report = ReplicaReport(
+        0, None, "its /metrics/syncer could not be read: 503 platform token review failed: 401", [no_sync]
+    )
+    out = render("client", facts, [report])
+    assert "its /metrics/syncer could not be read: 503 platform token review failed: 401" in out
+    assert f"    log: {no_sync}" in out
+    quiet = render(
+        "client", facts, [ReplicaReport(0, None, "its /metrics/syncer could not be read: 503 x", [])]
+    )
+    assert "log: none of the runbook's log reference messages" in quiet

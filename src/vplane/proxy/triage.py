@@ -17,6 +17,16 @@ QUARANTINE_LOG = "quarantining proxy target peer host after consecutive dial fai
 ALL_QUARANTINED_LOG = "all peer hosts for the proxy target are quarantined"
 NO_SYNC_LOG = "peer cache did not sync in time for the startup probe"
 SUBSCRIPTION_DOWN_LOG = "peer watch subscription is down"
+REGISTRATION_REFUSED_LOG = "the platform refused this tenant's registration"
+RUNBOOK_LOGS = (
+    QUARANTINE_LOG,
+    ALL_QUARANTINED_LOG,
+    NO_SYNC_LOG,
+    SUBSCRIPTION_DOWN_LOG,
+    "initial probe of proxy target failed",
+    REGISTRATION_REFUSED_LOG,
+)
+"""Log lines worth showing when a replica's metrics cannot be read (its platform connection, mostly)."""
 CLASSIFIED = (
     "timeout",
     "deadline",
