@@ -92,3 +92,22 @@ def test_doctor_says_why_metrics_could_not_be_read_and_shows_the_runbook_log_lin
         "client", facts, [ReplicaReport(0, None, "its /metrics/syncer could not be read: 503 x", [])]
     )
     assert "log: none of the runbook's log reference messages" in quiet
+
+
+def test_503s_of_an_outage_that_is_over_are_not_a_verdict() -> None:
+    """Doctor scrapes twice: 503s that did not grow between the scrapes (the target is back) leave the
+    verdict healthy; growing precheck 503s point at the 503 playbook's precheck causes, not at upstream."""
+    old = (
+        'vcluster_proxy_request_total{target="default/target",group_version="example.com/v1",verb="get",'
+        'code="503",reason="no_peer"} 5\n'
+    )
+    before = scrape(requests=old)
+    assert triage(True, scrape(requests=old), [], before=before).row.startswith("No proxy degradation")
+    grown = triage(True, scrape(requests=old.replace("} 5", "} 7")), [], before=before)
+    assert grown.row == "Check the reason label on vcluster_proxy_request_total."
+    assert grown.evidence == ['2 requests answered 503 with reason="no_peer"']
+    assert "peer precheck failed" in grown.next_action
+    deadline = 'vcluster_proxy_request_terminations_total{target="default/target",reason="deadline"} 1\n'
+    assert triage(True, scrape(extra=deadline), [], before=scrape(extra=deadline)).row.startswith(
+        "No proxy degradation"
+    )
