@@ -285,6 +285,28 @@ def test_an_allowed_backend_of_the_tenant_process_is_served(tenant: Tenant, tmp_
         assert backend.requests > 0
 
 
+def test_an_orphaned_insecure_apiservice_can_be_unlabelled_and_deleted(tenant: Tenant) -> None:
+    """The resource proxy runbook's decommission: once its proxy no longer serves the port, the lingering
+    protected APIService (insecureSkipTLSVerify) still takes the label removal, then the delete; a change
+    of its spec is refused as at creation."""
+    name = f"v1.orphan.{GROUP}"
+    tenant.register(
+        "orphan",
+        ALLOWED_PORT,
+        f"{{type: ExternalName, externalName: localhost, ports: [{{port: {ALLOWED_PORT}}}]}}",
+        "insecureSkipTLSVerify: true",
+    )
+    tenant.admin.run("label", "apiservice", name, "vcluster.loft.sh/protected=resource-proxy")
+    # What the proxy no longer serves: its backend is no longer the exempt one.
+    tenant.admin.run("delete", "-n", "kube-system", "service", "orphan")
+    refused = tenant.admin.fails(
+        "patch", "apiservice", name, "--type", "merge", "-p", '{"spec":{"versionPriority":5}}'
+    )
+    assert "spec.insecureSkipTLSVerify: Forbidden" in refused.stderr
+    tenant.admin.run("label", "apiservice", name, "vcluster.loft.sh/protected-")
+    tenant.admin.run("delete", "apiservice", name)
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
 def test_a_webhook_on_this_host_is_refused_and_never_dialed(
     tenant: Tenant, ca_bundle: str, host: str

@@ -69,3 +69,45 @@ def test_deadline_terminations_point_at_the_slow_target() -> None:
     extra = 'vcluster_proxy_request_terminations_total{target="default/target",reason="deadline"} 1\n'
     verdict = triage(True, scrape(extra=extra), [])
     assert verdict.row.startswith("The target accepted the connection")
+
+
+def test_doctor_says_why_metrics_could_not_be_read_and_shows_the_runbook_log_lines() -> None:
+    """A client replica whose platform connection is refused cannot serve its metrics through the platform;
+    doctor says why, and shows the log lines of the runbook's log reference it found instead."""
+    from vplane.cli.doctor import ReplicaReport, render
+
+    facts = {
+        "targets": {
+            "default/target": {"groupVersion": "g/v1", "ready": True, "readyReplicas": 1, "replicas": 1}
+        }
+    }
+    no_sync = "peer cache did not sync in time for the startup probe, requests fail with 503 until the first netmap arrives"
+    report = ReplicaReport(
+        0, None, "its /metrics/syncer could not be read: 503 platform token review failed: 401", [no_sync]
+    )
+    out = render("client", facts, [report])
+    assert "its /metrics/syncer could not be read: 503 platform token review failed: 401" in out
+    assert f"    log: {no_sync}" in out
+    quiet = render(
+        "client", facts, [ReplicaReport(0, None, "its /metrics/syncer could not be read: 503 x", [])]
+    )
+    assert "log: none of the runbook's log reference messages" in quiet
+
+
+def test_503s_of_an_outage_that_is_over_are_not_a_verdict() -> None:
+    """Doctor scrapes twice: 503s that did not grow between the scrapes (the target is back) leave the
+    verdict healthy; growing precheck 503s point at the 503 playbook's precheck causes, not at upstream."""
+    old = (
+        'vcluster_proxy_request_total{target="default/target",group_version="example.com/v1",verb="get",'
+        'code="503",reason="no_peer"} 5\n'
+    )
+    before = scrape(requests=old)
+    assert triage(True, scrape(requests=old), [], before=before).row.startswith("No proxy degradation")
+    grown = triage(True, scrape(requests=old.replace("} 5", "} 7")), [], before=before)
+    assert grown.row == "Check the reason label on vcluster_proxy_request_total."
+    assert grown.evidence == ['2 requests answered 503 with reason="no_peer"']
+    assert "peer precheck failed" in grown.next_action
+    deadline = 'vcluster_proxy_request_terminations_total{target="default/target",reason="deadline"} 1\n'
+    assert triage(True, scrape(extra=deadline), [], before=scrape(extra=deadline)).row.startswith(
+        "No proxy degradation"
+    )

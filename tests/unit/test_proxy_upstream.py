@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from vplane.proxy.peers import Host, PeerCache, PeerSettings
-from vplane.proxy.upstream import DialObserver, HostPool, ProtocolFactory
+from vplane.proxy.upstream import DialFailed, DialObserver, HostPool, ProtocolFactory
 
 HOST = Host(peer_id="n-target-0", name="target-0", key="n-target-0|i1|127.0.0.1:1")
 AUTHORITY = "kube.target.default.vcluster.invalid:443"
@@ -215,3 +215,21 @@ async def test_a_response_dropped_unreleased_gives_its_connection_back() -> None
     await p.request(HOST, "GET", "/a", [], None)  # never released: freed at once
     assert await asyncio.wait_for(get(p), 5) == (200, b"2")
     assert target.dials == 1
+
+
+async def test_a_dial_timeout_says_so() -> None:
+    """The caller's 503 carries the dial error's text (the runbook's "dial timeout"), not a bare class name."""
+
+    async def hang(peer_id: str, factory: ProtocolFactory) -> tuple[asyncio.BaseTransport, Any]:
+        await asyncio.sleep(10)
+        raise AssertionError("not reached")
+
+    cache = PeerCache(PeerSettings())
+    cache.publish([HOST])
+    observer = DialObserver(lambda *_: None, lambda *_: None)
+    p = HostPool(cache, hang, observer, dial_timeout=lambda: 0.01, authority=AUTHORITY)
+    with pytest.raises(DialFailed) as failed:
+        await get(p)
+    assert failed.value.reason == "timeout"
+    assert str(failed.value.cause) == "dial target-0: i/o timeout after 0.01s"
+    await p.close()

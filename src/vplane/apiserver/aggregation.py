@@ -780,7 +780,8 @@ class Aggregator:
 
 class _TLSAdmission:
     """Refuses ``insecureSkipTLSVerify`` APIServices where backends are restricted (422), unless their
-    Service points at an allowed or in-process backend; routing refuses them again, should the Service change later."""
+    Service points at an allowed or in-process backend or the update leaves the spec as it was; routing
+    refuses them again, should the Service change later."""
 
     def __init__(self, aggregator: Aggregator) -> None:
         self.aggregator = aggregator
@@ -795,6 +796,14 @@ class _TLSAdmission:
         spec = request.obj.get("spec") or {}
         why = policy.tls_refusal(spec)
         if why is None or not spec.get("service"):
+            return
+        if (
+            request.operation == "UPDATE"
+            and request.old is not None
+            and (request.old.get("spec") or {}) == spec
+        ):
+            # A metadata-only update chooses no backend (routing still refuses this one): the resource
+            # proxy runbook removes the protection label of an APIService its proxy no longer serves.
             return
         with contextlib.suppress(errors.StatusError):
             host, port = self.aggregator.service_address(spec)

@@ -23,7 +23,7 @@ import click
 from vplane.cli import userconfig
 from vplane.kube import tenantconfig
 from vplane.platform.tenantproxy import REPLICA_HEADER
-from vplane.proxy.triage import Scrape, Verdict, triage
+from vplane.proxy.triage import RUNBOOK_LOGS, Scrape, Verdict, triage
 
 LOG_TAIL = 200
 
@@ -33,6 +33,8 @@ class ReplicaReport:
     index: int
     verdict: Verdict | None
     error: str = ""
+    log_evidence: list[str] | None = None
+    """Without metrics: the replica's log lines that the runbook's log reference names."""
 
 
 async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[int, str]:
@@ -101,31 +103,48 @@ async def diagnose(
         all_ready = all(t["ready"] for t in facts["targets"].values())
         replicas = int((client.get("status") or {}).get("replicas") or 1)
         server = userconfig.tenant_server(login, name, project)
-        first: dict[int, Scrape | None] = {}
+        first: dict[int, Scrape | str] = {}
         for index in range(replicas):
             first[index] = await _scrape(session, server, headers, index)
         await asyncio.sleep(interval)
         reports = []
         for index in range(replicas):
             now = await _scrape(session, server, headers, index)
-            if now is None:
-                reports.append(ReplicaReport(index, None, "its /metrics/syncer could not be read"))
-                continue
             logs = _log_lines(data_dir, namespace, name, index) or await _pod_log_lines(
                 session, login.url, headers, name, index
             )
-            reports.append(ReplicaReport(index, triage(all_ready, now, logs, before=first[index])))
+            if isinstance(now, str):
+                # Most often the client's own platform connection (the runbook's "license, network, or
+                # platform issue"), which its log lines then name.
+                evidence = [ln for ln in logs if any(m in ln for m in RUNBOOK_LOGS)][-5:]
+                reports.append(
+                    ReplicaReport(index, None, f"its /metrics/syncer could not be read: {now}", evidence)
+                )
+                continue
+            before = first[index]
+            reports.append(
+                ReplicaReport(
+                    index, triage(all_ready, now, logs, before=None if isinstance(before, str) else before)
+                )
+            )
     return facts, reports
 
 
 async def _scrape(
     session: aiohttp.ClientSession, server: str, headers: dict[str, str], index: int
-) -> Scrape | None:
+) -> Scrape | str:
+    """The replica's metrics, or why they could not be read."""
     try:
         code, text = await _get(session, server + "/metrics/syncer", {**headers, REPLICA_HEADER: str(index)})
-    except (aiohttp.ClientError, TimeoutError):
-        return None
-    return Scrape.parse(text) if code == 200 else None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if code == 200:
+        return Scrape.parse(text)
+    try:
+        message = str(json.loads(text).get("message") or text)
+    except (ValueError, AttributeError):
+        message = text
+    return f"{code} {message.strip()[:200]}"
 
 
 def render(name: str, facts: dict[str, Any], reports: list[ReplicaReport]) -> str:
@@ -140,6 +159,10 @@ def render(name: str, facts: dict[str, Any], reports: list[ReplicaReport]) -> st
         lines.append(f"  replica {report.index}:")
         if report.verdict is None:
             lines.append(f"    {report.error}")
+            if report.log_evidence is not None:
+                lines += [f"    log: {line}" for line in report.log_evidence] or [
+                    "    log: none of the runbook's log reference messages"
+                ]
             continue
         v = report.verdict
         lines.append(f"    verdict: {v.row}")

@@ -17,6 +17,17 @@ QUARANTINE_LOG = "quarantining proxy target peer host after consecutive dial fai
 ALL_QUARANTINED_LOG = "all peer hosts for the proxy target are quarantined"
 NO_SYNC_LOG = "peer cache did not sync in time for the startup probe"
 SUBSCRIPTION_DOWN_LOG = "peer watch subscription is down"
+REGISTRATION_REFUSED_LOG = "the platform refused this tenant's registration"
+RUNBOOK_LOGS = (
+    QUARANTINE_LOG,
+    ALL_QUARANTINED_LOG,
+    NO_SYNC_LOG,
+    SUBSCRIPTION_DOWN_LOG,
+    "initial probe of proxy target failed",
+    REGISTRATION_REFUSED_LOG,
+)
+"""Log lines worth showing when a replica's metrics cannot be read (its platform connection, mostly)."""
+PRECHECK = ("no_peer", "stale_peers", "all_quarantined")
 CLASSIFIED = (
     "timeout",
     "deadline",
@@ -123,7 +134,12 @@ def triage(
             'connectivity and DERP reachability; confirm recovery with vcluster_proxy_peers{state="healthy"}.',
             reasons,
         )
-    deadline = now.total("vcluster_proxy_request_terminations_total", reason="deadline")
+    # "Recently": what grew between doctor's two scrapes, not what an outage that is over left behind.
+    deadline = now.total("vcluster_proxy_request_terminations_total", reason="deadline") - (
+        before.total("vcluster_proxy_request_terminations_total", reason="deadline")
+        if before is not None
+        else 0.0
+    )
     if deadline > 0:
         return Verdict(
             "The target accepted the connection but didn't finish the response before the proxy's request "
@@ -133,18 +149,29 @@ def triage(
             "vcluster_proxy_request_duration_seconds with vcluster_proxy_peer_dial_duration_seconds.",
             reasons,
         )
-    unavailable = {
-        s.labels.get("reason", ""): s.value
-        for s in now.series("vcluster_proxy_request_total")
-        if s.labels.get("code") == "503"
-    }
+    unavailable: dict[str, float] = {}
+    for s in now.series("vcluster_proxy_request_total"):
+        if s.labels.get("code") == "503":
+            reason = s.labels.get("reason", "")
+            unavailable[reason] = unavailable.get(reason, 0.0) + s.value
+    if before is not None:
+        for s in before.series("vcluster_proxy_request_total"):
+            if s.labels.get("code") == "503" and s.labels.get("reason", "") in unavailable:
+                unavailable[s.labels.get("reason", "")] -= s.value
+    unavailable = {r: v for r, v in unavailable.items() if v > 0}
     if unavailable:
         classified = sorted(r for r in unavailable if r in CLASSIFIED)
+        precheck = sorted(r for r in unavailable if r in PRECHECK)
         evidence = [f'{v:g} requests answered 503 with reason="{r}"' for r, v in sorted(unavailable.items())]
         if classified:
             action = (
                 f"Reasons {', '.join(classified)} identify failures classified during proxy handling; see "
                 "the outcome reasons reference."
+            )
+        elif precheck:
+            action = (
+                f"Reasons {', '.join(precheck)} mean the peer precheck failed before any dial; see Target "
+                "tenant cluster returns 503 unavailable, causes 2 to 4."
             )
         else:
             action = (
@@ -154,7 +181,7 @@ def triage(
             )
         return Verdict("Check the reason label on vcluster_proxy_request_total.", evidence, action, reasons)
     return Verdict(
-        "No proxy degradation: peers are healthy and no request failed with 503.",
+        "No proxy degradation: peers are healthy and no request failed with 503 recently.",
         [f"{healthy:g} healthy peer host(s)"] if peers_reported else [],
         "None.",
         reasons,

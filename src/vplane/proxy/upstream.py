@@ -324,11 +324,14 @@ class HostPool:
         if selection is not None and selection.host.key == host.key:
             selection.dialled = True
         started = self._clock()
+        timeout = self._dial_timeout()
         try:
-            async with asyncio.timeout(self._dial_timeout()):
+            async with asyncio.timeout(timeout):
                 _, protocol = await self._dial(host.peer_id, factory)
         except TimeoutError as exc:
-            raise self._failed(host, trial, "timeout", started, exc) from exc
+            # The caller's 503 and the log carry the cause's text: a bare TimeoutError has none.
+            cause = TimeoutError(f"dial {host.name}: i/o timeout after {timeout:g}s")
+            raise self._failed(host, trial, "timeout", started, cause) from exc
         except asyncio.CancelledError:
             deadline = _deadline.get()
             reason = "deadline" if deadline is not None and deadline.expired else "canceled"
