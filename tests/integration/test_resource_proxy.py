@@ -1422,6 +1422,7 @@ PEERS_PROXY = {
     "peers": {"dial_timeout_seconds": PEERS_DIAL_TIMEOUT, "quarantine_seconds": 8},
     "request_timeout_seconds": 20,
     "keepalive_seconds": 0.1,
+    "discovery_timeout_seconds": 1,
 }
 
 
@@ -1459,6 +1460,26 @@ class TestPeers:
         e.signal("target", signal.SIGSTOP)
         try:
             time.sleep(0.5)  # idle keep-alive connections (0.1 s here) are gone: requests dial
+            # Discovery answers within its own budget (1 s here), before a dial could time out: the
+            # fallback, so the API server's availability check (5 s) never gives up on the APIService.
+            fallbacks = count(
+                e.metrics("client"),
+                "vcluster_proxy_discovery_fallbacks_total",
+                reason="upstream_error",
+                **GV_LABEL,
+            )
+            started = time.monotonic()
+            answer = e.via("client").call("GET", f"/apis/{GV}")
+            assert answer.status == 200 and time.monotonic() - started < PEERS_DIAL_TIMEOUT
+            assert [r["verbs"] for r in answer.json()["resources"]] == [["get"]]
+            text = e.metrics("client")
+            assert (
+                count(text, "vcluster_proxy_discovery_fallbacks_total", reason="upstream_error", **GV_LABEL)
+                > fallbacks
+            )
+            assert (
+                count(text, "vcluster_proxy_peer_dial_failures_total", reason="deadline", **TARGET_LABEL) >= 1
+            )
             with ThreadPoolExecutor(3) as pool:
                 answers = list(pool.map(lambda _: hung_target_request(e), range(3)))
             for answer in answers:

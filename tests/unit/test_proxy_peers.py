@@ -158,6 +158,21 @@ def test_release_gives_an_unused_trial_back() -> None:
     assert pick(cache).trial
 
 
+def test_an_abandoned_trial_dial_gives_the_trial_back() -> None:
+    """A trial dial its caller or a deadline cut short (a discovery answer's budget, say) neither fails the
+    host nor keeps the trial out: the next request makes it, instead of every one reading all-quarantined."""
+    cache, clock = make(quarantine_threshold=1)
+    a = host("a")
+    cache.publish([a])
+    cache.dial_failed(a)
+    clock.now += 20
+    trial = pick(cache)
+    assert trial.trial and cache.select() is Reason.ALL_QUARANTINED  # the one trial is out
+    cache.dial_abandoned(a, trial=True)
+    assert pick(cache).trial
+    assert cache.counts()[HostState.HALF_OPEN] == 1
+
+
 def test_late_failure_of_an_in_flight_dial_does_not_extend_quarantine() -> None:
     cache, clock = make()
     a = host("a")

@@ -63,6 +63,11 @@ class ProxySettings(BaseModel):
     peers: PeerSettings = Field(default_factory=PeerSettings)
     request_timeout_seconds: float = Field(default=60.0, gt=0)
     """End-to-end cap of a non-watch request, body upload included (reason ``deadline``)."""
+    discovery_timeout_seconds: float = Field(default=3.0, gt=0)
+    """A discovery request past this gets the fallback document. It must stay below the API server's 5 s
+    availability check of the APIService (which also asks for discovery) and the 5 s dial timeout: a
+    hung target would otherwise make the check give up first, the APIService read unavailable and every
+    request get the aggregator's bare 503 instead of the proxy's own answers and metrics."""
     retry_after_seconds: int = Field(default=1, ge=0)
     """``Retry-After`` on every 503 the proxy sends."""
     keepalive_seconds: float = Field(default=30.0, gt=0)
@@ -196,7 +201,8 @@ class ResourceProxy:
             error=_describe(cause) if cause is not None else reason,
         )
         if reason in ("canceled", "deadline"):
-            return  # the caller or the request cap ended it: not the peer's fault
+            self.cache.dial_abandoned(host, trial=trial)  # the caller or a cap ended it: not the peer's fault
+            return
         for event in self.cache.dial_failed(host, trial=trial):
             self._event(event)
 
@@ -299,14 +305,18 @@ class ResourceProxy:
     ) -> tuple[int, bytes, CIMultiDict[str]]:
         """The target's discovery document while it answers, else the fallback (always 200, spec §5)."""
         try:
-            upstream = await self._send(method, path_qs, headers, None, outcome)
+            async with Deadline(self.settings.discovery_timeout_seconds):
+                upstream = await self._send(method, path_qs, headers, None, outcome)
+                async with upstream:
+                    status = upstream.status
+                    body = await upstream.read() if status < 400 else b""
+                    answer_headers = _end_to_end(upstream.headers)
         except Unavailable:
             reason = outcome.reason if outcome.reason in (r.value for r in Reason) else "upstream_error"
             return self._fallback(reason)
-        async with upstream:
-            status = upstream.status
-            body = await upstream.read() if status < 400 else b""
-            answer_headers = _end_to_end(upstream.headers)
+        except DeadlineExceeded:
+            outcome.set("deadline")
+            return self._fallback("upstream_error")
         outcome.set("upstream")
         if status in (401, 404) or status >= 500:
             return self._fallback("upstream_error")

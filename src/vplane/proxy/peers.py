@@ -249,6 +249,13 @@ class PeerCache:
             events.append(Event(EventKind.ALL_QUARANTINED))
         return events
 
+    def dial_abandoned(self, host: Host, *, trial: bool) -> None:
+        """A dial its caller or a deadline ended says nothing about the host. A half-open trial it was is
+        given back, so the next request makes it; kept, the host would wait with its trial out for ever."""
+        health = self._hosts.get(host.key)
+        if health is not None and trial:
+            health.trial_out = False
+
     def _any_selectable(self, now: float) -> bool:
         return any(self._state(h, now) is not HostState.QUARANTINED for h in self._hosts.values())
 
