@@ -147,12 +147,18 @@ def test_stale_sixty_seconds_after_the_subscription_drops() -> None:
     assert cache.synced() and cache.precheck() is None
 
 
-def test_release_gives_an_unused_trial_back() -> None:
+def half_open() -> tuple[PeerCache, Host]:
+    """A cache whose one host has been quarantined and is now half-open."""
     cache, clock = make(quarantine_threshold=1)
     a = host("a")
     cache.publish([a])
     cache.dial_failed(a)
     clock.now += 20
+    return cache, a
+
+
+def test_release_gives_an_unused_trial_back() -> None:
+    cache, _ = half_open()
     trial = pick(cache)
     cache.release(trial)
     assert pick(cache).trial
@@ -161,11 +167,7 @@ def test_release_gives_an_unused_trial_back() -> None:
 def test_an_abandoned_trial_dial_gives_the_trial_back() -> None:
     """A trial dial its caller or a deadline cut short (a discovery answer's budget, say) neither fails the
     host nor keeps the trial out: the next request makes it, instead of every one reading all-quarantined."""
-    cache, clock = make(quarantine_threshold=1)
-    a = host("a")
-    cache.publish([a])
-    cache.dial_failed(a)
-    clock.now += 20
+    cache, a = half_open()
     trial = pick(cache)
     assert trial.trial and cache.select() is Reason.ALL_QUARANTINED  # the one trial is out
     cache.dial_abandoned(a, trial=True)
