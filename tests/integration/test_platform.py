@@ -57,6 +57,60 @@ def platform(tmp_path_factory: pytest.TempPathFactory, kubectl_path: str) -> Ite
     stop_platform(p)
 
 
+def test_vplane_create_applies_a_vcluster_yaml_and_upgrade_replaces_it(
+    platform: Platform, tmp_path: Path
+) -> None:
+    """`vplane create NAME --driver platform --project P -f vcluster.yaml` makes the VirtualClusterInstance
+    with those values; run again it refuses without --upgrade; --upgrade gives it new values (how an
+    operator "applies the updated vcluster.yaml"); values the platform refuses are reported with the
+    field and change nothing; a missing project is named."""
+    k = platform.k
+
+    def values() -> str:
+        return k.run(
+            "get", "vci", "made", "-n", "p-default", "-o", "jsonpath={.spec.template.helmRelease.values}"
+        ).stdout
+
+    first, second, bad = tmp_path / "first.yaml", tmp_path / "second.yaml", tmp_path / "bad.yaml"
+    first.write_text("# mine\ncontrolPlane:\n  statefulSet:\n    highAvailability: {replicas: 1}\n")
+    second.write_text("sync:\n  toHost:\n    pods: {enabled: true}\n")
+    bad.write_text(
+        "experimental:\n  proxy:\n    customResources:\n"
+        "      myresources.example.com/v1: {enabled: true, accessResources: some, targetVirtualCluster: {name: t}}\n"
+    )
+    create = ("create", "made", "--driver", "platform", "--project", "default")
+    try:
+        out = platform.vplane(*create, "-f", str(first)).stdout
+        assert 'tenant cluster "made" created in project "default"' in out
+        assert "vplane connect made --project default" in out
+        assert values() == first.read_text()  # as written, comment included
+        again = platform.vplane(*create, "-f", str(second), check=False)
+        assert again.returncode == 1
+        assert 'already exists in project "default": use --upgrade' in again.stderr
+        assert values() == first.read_text()
+
+        out = platform.vplane(*create, "--upgrade", "-f", str(first), "-f", str(second)).stdout
+        assert "upgraded" in out
+        assert yaml.safe_load(values()) == {
+            "controlPlane": {"statefulSet": {"highAvailability": {"replicas": 1}}},
+            "sync": {"toHost": {"pods": {"enabled": True}}},
+        }
+        before = values()
+        refused = platform.vplane(*create, "--upgrade", "-f", str(bad), check=False)
+        assert refused.returncode == 1
+        assert "answered 422" in refused.stderr
+        assert (
+            "experimental.proxy.customResources['myresources.example.com/v1'].accessResources"
+            in refused.stderr
+        )
+        assert values() == before
+
+        missing = platform.vplane("create", "x", "--project", "nope", "-f", str(first), check=False)
+        assert missing.returncode == 1 and 'project "nope" not found' in missing.stderr
+    finally:
+        k.run("delete", "vci", "made", "-n", "p-default", "--ignore-not-found", "--wait=false")
+
+
 def test_derp_probe_answers_200_without_credentials(platform: Platform) -> None:
     """`GET /derp/probe` answers 200, as the agent and the runbook's curl check expect."""
     import urllib.request

@@ -12,6 +12,7 @@ from vplane.cli import node
 from vplane.cli.agent import agent
 from vplane.cli.clusters import connect_cluster
 from vplane.cli.controller_manager import apiserver_controller_manager, controller_manager
+from vplane.cli.create import create
 from vplane.cli.doctor import doctor
 from vplane.cli.options import (
     DataDirLock,
@@ -502,6 +503,7 @@ def up(
 
 
 main.add_command(agent)
+main.add_command(create)
 main.add_command(doctor)
 main.add_command(scheduler_command)
 main.add_command(node.kubelet)

@@ -83,21 +83,26 @@ class _Forbidden(Exception):
     pass
 
 
-def _get(login: PlatformLogin, path: str) -> dict[str, Any] | None:
-    """GET on the management API with the saved key; None when the object does not exist."""
+def request(
+    login: PlatformLogin, method: str, path: str, body: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """A call to the management API with the saved key: the answer, or None for a 404. A 403 raises
+    ``_Forbidden``; other refusals become one line with the platform's own message (a 422 names the field)."""
     ctx = ssl.create_default_context(cadata=login.ca_pem.decode())
-    req = urllib.request.Request(
-        login.url.rstrip("/") + path,
-        headers={"Authorization": f"Bearer {login.access_key}", "Accept": "application/json"},
-    )
+    headers = {"Authorization": f"Bearer {login.access_key}", "Accept": "application/json"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(login.url.rstrip("/") + path, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
             doc: dict[str, Any] = json.load(resp)
             return doc
     except urllib.error.HTTPError as exc:
-        if exc.code == 404:
+        if exc.code == 404 and method == "GET":
             return None
-        if exc.code == 403:
+        if exc.code == 403 and method == "GET":
             raise _Forbidden from None
         try:
             message = json.loads(exc.read()).get("message") or exc.reason
@@ -107,6 +112,22 @@ def _get(login: PlatformLogin, path: str) -> dict[str, Any] | None:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise click.ClickException(f"cannot reach the platform at {login.url}: {reason}") from None
+
+
+def _get(login: PlatformLogin, path: str) -> dict[str, Any] | None:
+    return request(login, "GET", path)
+
+
+def project_namespace(login: PlatformLogin, project: str) -> str:
+    """The project's namespace from its status (``p-<project>`` by default, or when the key may not read
+    projects); a project the platform does not have is refused in one line."""
+    try:
+        proj = _get(login, f"{MANAGEMENT}/projects/{project}")
+    except _Forbidden:
+        return DEFAULT_NAMESPACE_PREFIX + project
+    if proj is None:
+        raise click.ClickException(f'project "{project}" not found')
+    return str((proj.get("status") or {}).get("namespace") or DEFAULT_NAMESPACE_PREFIX + project)
 
 
 def check_tenant(login: PlatformLogin, name: str, project: str) -> None:
@@ -145,6 +166,8 @@ __all__ = [
     "kubeconfig_doc",
     "management_context",
     "merge_context",
+    "project_namespace",
+    "request",
     "tenant_context",
     "tenant_server",
     "write_kubeconfig",
