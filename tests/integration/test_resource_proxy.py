@@ -1012,6 +1012,7 @@ class TestProxy:
         )
         lines = env.log_lines("client", "context deadline exceeded")
         assert lines and ".vcluster.invalid:443" in lines[-1]
+        assert "url=https://kube.target.default.vcluster.invalid:443/" in lines[-1]  # as the error text says
         assert (
             "kube.target.default.vcluster.invalid:443/apis/example.com/v1/namespaces/default/myresources"
             in lines[-1]

@@ -130,7 +130,7 @@ class ResourceProxy:
         self.metrics = metrics
         self.label = target.target_label
         self.placeholder = f"kube.{target.target_name}.{target.target_project}.vcluster.invalid:443"
-        self._base = "http://" + self.placeholder
+        self._base = "https://" + self.placeholder
         self._prefix = f"/apis/{target.group}/{target.version}"
         self._prefix_slash = self._prefix + "/"
         self._access_key = access_key
@@ -266,8 +266,7 @@ class ResourceProxy:
             self.log.warning(
                 "proxy request failed",
                 verb=verb,
-                error=f'{request.method.capitalize()} "https://{self.placeholder}{request.rel_url.path_qs}": '
-                "context deadline exceeded",
+                error=f'{request.method.capitalize()} "{url}": context deadline exceeded',
                 url=url,
             )
             response = self._unavailable_response("context deadline exceeded")
