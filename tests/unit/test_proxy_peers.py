@@ -131,6 +131,31 @@ def test_hosts_that_stay_keep_their_state_across_publications() -> None:
     assert cache.counts() == {HostState.HEALTHY: 1, HostState.QUARANTINED: 1, HostState.HALF_OPEN: 0}
 
 
+def test_a_host_that_leaves_and_comes_back_keeps_its_health() -> None:
+    """The same replica process dropped from the list and published again (it only reconnected to the
+    platform) is the host it was: still quarantined, and its first success is a recovery. Past
+    ``departed_memory_seconds`` it is a new host."""
+    cache, clock = make(quarantine_threshold=1)
+    a = host("a")
+    cache.publish([a])
+    cache.dial_failed(a)
+    cache.publish([])
+    clock.now += 5
+    cache.publish([a])
+    assert cache.counts()[HostState.QUARANTINED] == 1
+    clock.now += 20
+    trial = pick(cache)
+    assert trial.trial
+    assert kinds(cache.dial_succeeded(a)) == [EventKind.RECOVERED]
+
+    cache.dial_failed(a)
+    cache.publish([])
+    clock.now += 61
+    cache.publish([a])
+    assert cache.counts()[HostState.HEALTHY] == 1
+    assert cache.dial_succeeded(a) == []
+
+
 def test_stale_sixty_seconds_after_the_subscription_drops() -> None:
     cache, clock = make()
     cache.publish([host("a")])

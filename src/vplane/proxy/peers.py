@@ -45,6 +45,10 @@ class PeerSettings(BaseModel):
     """After the platform subscription drops, the cached list is trusted this long (from the drop)."""
     startup_sync_seconds: float = Field(default=60.0, gt=0)
     """Start-up waits this long for the first peer list before logging that it did not sync."""
+    departed_memory_seconds: float = Field(default=60.0, ge=0)
+    """A host that leaves the peer list and comes back (the same process, which only reconnected to the
+    platform) within this long keeps its health: its failures, its quarantine, whether a success is a
+    recovery. Later it is a new host."""
 
 
 class HostState(enum.StrEnum):
@@ -109,6 +113,8 @@ class PeerCache:
 
     def __post_init__(self) -> None:
         self._hosts: dict[str, _Health] = {}
+        self._departed: dict[str, tuple[_Health, float]] = {}
+        """Hosts that left the list, with when: remembered for ``departed_memory_seconds``."""
         self._order: list[str] = []
         self._cursor = 0
         self._received_at: float | None = None
@@ -121,10 +127,19 @@ class PeerCache:
     def publish(self, hosts: Iterable[Host]) -> None:
         """A fresh peer list from a live subscription: replaces the host set, resets the stale clock."""
         now = self.clock()
+        memory = self.settings.departed_memory_seconds
+        self._departed = {k: (h, at) for k, (h, at) in self._departed.items() if now - at <= memory}
         new: dict[str, _Health] = {}
         for host in hosts:
             kept = self._hosts.get(host.key)
-            new[host.key] = kept if kept is not None else _Health(host)
+            if kept is None:
+                departed = self._departed.pop(host.key, None)
+                kept = departed[0] if departed is not None else _Health(host)
+            new[host.key] = kept
+        for key, health in self._hosts.items():
+            if key not in new and memory > 0:
+                health.trial_out = False  # a trial in flight to it ends as a dial of a departed peer
+                self._departed[key] = (health, now)
         self._hosts = new
         self._order = sorted(new)
         self._received_at = now
