@@ -617,7 +617,7 @@ def test_cluster_admission_refusals(tmp_path: Path, kubectl_path: str) -> None:
         assert 'only one cluster may have spec.local set; cluster "home" already does' in second.stderr
         e.k.apply(cluster_manifest("first", {"networkPeer": True}))
         over = e.k.fails("apply", "-f", "-", input=cluster_manifest("second", {"networkPeer": True}))
-        assert "exceed the licence's connected-cluster limit of 1" in over.stderr
+        assert "exceed the license's connected-cluster limit of 1" in over.stderr
         assert "(Forbidden)" in over.stderr or "forbidden" in over.stderr
         # The platform's own cluster: Initialized without an agent (it is its own).
         e.wait_status("home", "Initialized", "")

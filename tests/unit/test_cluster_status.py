@@ -16,7 +16,7 @@ import vplane
 from vplane.agent.agent import TOKEN_EMPTY, URL_EMPTY, ConfigError, check_config
 from vplane.agent.liveness import Liveness
 from vplane.agent.settings import AgentSettings
-from vplane.platform.admission import over_cluster_limit
+from vplane.platform.admission import cluster_limit_message, over_cluster_limit
 from vplane.platform.clusters import status as st
 from vplane.platform.clusters import values as av
 
@@ -320,6 +320,14 @@ def test_connected_cluster_limit() -> None:
     assert over_cluster_limit(clusters, "b", 2) is None  # the local cluster does not count
     assert over_cluster_limit(clusters, "b", 1) == 1
     assert over_cluster_limit(clusters, "a", 1) is None  # an update of a counted cluster
+
+
+def test_connected_cluster_limit_message_is_spelled_as_the_runbook() -> None:
+    """The runbook's row reads "exceeding the license limit": an operator searching for it finds the refusal."""
+    assert cluster_limit_message(2, 2) == (
+        "connecting this cluster would exceed the license's connected-cluster limit of 2 (2 connected already); "
+        "disconnect an unused cluster or raise the limit"
+    )
 
 
 # -- the agent ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 ``reconcile(key)`` is level-triggered: it receives only the key (``namespace/name``) and reads the
 current state from the informer's cache (absent means deleted), so however many events arrive for an
 object it is reconciled against its latest state. It returns ``None`` when done, or a number of
-seconds after which to look again; if it raises, the key comes back after the queue's per-key
+seconds after which to look again (0 or less: now, rate-limited like a failure); if it raises, the key comes back after the queue's per-key
 exponential back-off, which a later success resets.
 """
 
@@ -96,8 +96,15 @@ class Controller:
                 self._log.exception("reconcile failed", key=key, retries=retries)
                 self.queue.add_rate_limited(key)
             else:
-                self.queue.forget(key)
-                if requeue_after is not None:
-                    self.queue.add_after(key, requeue_after)
+                if requeue_after is not None and requeue_after <= 0:
+                    # "Look again now" is re-queued rate-limited, as upstream's deployment controller
+                    # does for a progress check that is already due: a key that keeps asking for "now"
+                    # backs off instead of being taken again at once, which would never yield to the
+                    # event loop and starve the whole process (the API server included).
+                    self.queue.add_rate_limited(key)
+                else:
+                    self.queue.forget(key)
+                    if requeue_after is not None:
+                        self.queue.add_after(key, requeue_after)
             finally:
                 self.queue.done(key)

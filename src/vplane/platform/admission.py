@@ -49,14 +49,16 @@ class ConnectedClusterLimit:
         ):
             return
         count = over_cluster_limit(self.server.objects.list(rtype), request.name, self.limit)
-        if count is not None:
-            raise errors.forbidden(
-                "clusters",
-                GROUP,
-                request.name,
-                f"connecting this cluster would exceed the licence's connected-cluster limit of "
-                f"{self.limit} ({count} connected already); disconnect an unused cluster or raise the limit",
-            )
+        if count is not None and self.limit is not None:
+            raise errors.forbidden("clusters", GROUP, request.name, cluster_limit_message(self.limit, count))
+
+
+def cluster_limit_message(limit: int, count: int) -> str:
+    """The refusal's text, spelled as the runbook's row ("exceeding the license limit") so a search finds it."""
+    return (
+        f"connecting this cluster would exceed the license's connected-cluster limit of {limit} "
+        f"({count} connected already); disconnect an unused cluster or raise the limit"
+    )
 
 
 class PlatformAdmission:

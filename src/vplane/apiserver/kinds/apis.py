@@ -80,7 +80,12 @@ class RBACStrategy(Strategy):
             if not ref.get("name"):
                 causes.append(errors.field_required("roleRef.name"))
             if old is not None and old.get("roleRef") != ref:
-                causes.append(errors.field_invalid("roleRef", ref, "cannot change roleRef"))
+                # Go prints the new RoleRef struct (%#v), not a JSON value
+                shown = (
+                    f'rbac.RoleRef{{APIGroup:"{ref.get("apiGroup") or ""}", Kind:"{ref.get("kind") or ""}", '
+                    f'Name:"{ref.get("name") or ""}"}}'
+                )
+                causes.append(errors.field_invalid_omitted("roleRef", "cannot change roleRef", shown))
             for i, subject in enumerate(obj.get("subjects") or []):
                 if not isinstance(subject, dict) or not subject.get("name"):
                     causes.append(errors.field_required(f"subjects[{i}].name"))
