@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import sys
@@ -83,6 +84,15 @@ def _tool(name: str) -> str:
     if found is None:
         pytest.skip(f"{name} is not installed; run scripts/bootstrap")
     return found
+
+
+@pytest.fixture(autouse=True)
+def _garbage_of_this_test() -> Iterator[None]:
+    """Collect garbage when each test's teardown is over. An object a test leaves unclosed (a socket, a
+    transport) warns when it is collected, and warnings are errors: collected here, the failure names the
+    test that leaked it, not whichever test a later collection happened to run in."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
