@@ -720,6 +720,9 @@ def test_agent_cannot_reach_platform_then_recovers(
         e.wait_status("flaky", "", "NoOnlinePeers")
         printed = e.vplane("platform", "connect", "cluster", "flaky").stdout
         assert f"--set-string token={token}" in printed  # a disabled key comes back unchanged
+        # ... with a warning that says so and what to do (the runbook's row), not a silent success
+        assert 'warning: the agent\'s access key "cluster-flaky" is disabled' in printed
+        assert "Re-enable the key, or delete it" in printed
     finally:
         agent.stop()
         e.stop()

@@ -164,7 +164,7 @@ def test_waiting_is_silent_until_the_timeout_then_a_real_error_fails() -> None:
     outcome = br.waiting_outcome(400, 300, "ImagePullBackOff: pod b-1: Back-off pulling image", "ns")
     assert (outcome.phase, outcome.reason) == ("Failed", "DeployProxyOnlyAgent")
     assert outcome.message.startswith(
-        "the bridge deployment proxy-only-agent in namespace ns has not come online"
+        "the bridge deployment proxy-only-agent in namespace ns has not come online in 400s (timeout 300s): "
     )
     assert "Back-off pulling image" in outcome.message
 

@@ -77,6 +77,12 @@ def test_a_deployed_instance_on_an_offline_cluster_is_unmanaged() -> None:
 def test_a_deployed_instance_on_a_failed_cluster_is_unmanaged() -> None:
     route = ts.route(instance(deployed="edge"), cluster(phase="Failed", reason="LocalClient"))
     assert (route.kind, route.reason) == ("unmanaged", "ClusterOffline")
+    # Reachable but stuck (a bridge that never came online): not offline, which would point at the tunnel.
+    stuck = ts.route(
+        instance(deployed="edge"), cluster(phase="Failed", reason="DeployProxyOnlyAgent", message="bad image")
+    )
+    assert (stuck.kind, stuck.phase, stuck.reason) == ("unmanaged", "Unmanaged", "ClusterNotInitialized")
+    assert stuck.message.startswith('cluster "edge" is not initialized (DeployProxyOnlyAgent: bad image)')
 
 
 def test_a_deployed_instance_whose_cluster_is_gone_is_unmanaged_not_found() -> None:

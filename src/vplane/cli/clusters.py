@@ -14,6 +14,7 @@ import shlex
 import ssl
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -86,6 +87,25 @@ def ensure_cluster(
         echo(f'cluster "{name}" exists; reusing it')
         return
     raise click.ClickException(f'cannot create cluster "{name}": {_message(raw)}')
+
+
+def _key_refusal(platform: _Platform, cluster: str) -> tuple[str, str] | None:
+    """(key name, why) when the cluster's agent key exists but the platform will refuse it (disabled,
+    expired); None when it is usable or the caller may not read it (the agent then finds out)."""
+    from vplane.apiserver import timeutil
+    from vplane.kube import accesskeys
+
+    name = accesskeys.cluster_key_name(cluster)
+    code, raw = platform.request("GET", f"{MANAGEMENT}/accesskeys/{urllib.parse.quote(name)}")
+    if code != 200:
+        return None
+    try:
+        accesskeys.check(json.loads(raw), time.time(), timeutil.parse_time)
+    except accesskeys.KeyRejected as exc:
+        return name, str(exc)
+    except ValueError:
+        return None
+    return None
 
 
 def helm_args(
@@ -163,6 +183,13 @@ def connect(
     platform = _Platform(url, access_key, ca_pem)
     ensure_cluster(platform, name, display_name, echo)
     key = platform.json("GET", f"{MANAGEMENT}/clusters/{name}/accesskey")
+    refused = _key_refusal(platform, name)
+    if refused:
+        echo(
+            f'warning: the agent\'s access key "{refused[0]}" is {refused[1]}: the platform will refuse the '
+            f'agent ("invalid access key: {refused[1]}"). Re-enable the key, or delete it so the next connect '
+            "command creates a new one, then run this command again."
+        )
     host = str(key.get("loftHost") or "")
     agent_url = host if host.startswith("https://") else f"https://{host}"
     # With the caller's key (an administrator's), else the agent's own: a disabled agent key still gives

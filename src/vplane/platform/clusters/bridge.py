@@ -209,7 +209,7 @@ def waiting_outcome(waited: float, timeout: float, problem: str, namespace: str)
         return st.SILENT
     return st.deploy_proxy_only_agent_failed(
         f"the bridge deployment {BRIDGE_NAME} in namespace {namespace} has not come online in "
-        f"{int(waited)}s: {problem}"
+        f"{int(waited)}s (timeout {timeout:g}s): {problem}"
     )
 
 

@@ -9,7 +9,8 @@ phases or reasons a connected cluster's state gives; these are ours (docs/connec
 |----------------------------------------------|-----------------------|-------------|-------------------------|
 | no Cluster of that name (or being deleted)   | no                    | Pending     | ClusterNotFound         |
 | not ``Initialized`` (Offline, Failed, ...)   | no                    | Pending     | ClusterNotInitialized   |
-| gone, or not ``Initialized``, or unreachable | yes                   | Unmanaged   | ClusterNotFound/ClusterOffline |
+| gone, or unreachable (offline reasons)       | yes                   | Unmanaged   | ClusterNotFound/ClusterOffline |
+| reachable but not ``Initialized`` (Failed)    | yes                   | Unmanaged   | ClusterNotInitialized   |
 | ``Initialized``                              | -                     | as the replicas say (Ready, Pending, Failed) |
 | another cluster than the one it runs on      | yes                   | Failed      | ClusterRefChanged       |
 
@@ -34,6 +35,9 @@ REASON_NOT_FOUND = "ClusterNotFound"
 REASON_NOT_INITIALIZED = "ClusterNotInitialized"
 REASON_OFFLINE = "ClusterOffline"
 REASON_REF_CHANGED = "ClusterRefChanged"
+OFFLINE_REASONS = frozenset({"Offline", "NoOnlinePeers", "LocalClient"})
+"""A Cluster's reasons that mean the platform cannot reach it (the others, say ``DeployProxyOnlyAgent`` or
+``InitializeCluster``, come from a cluster it reaches)."""
 ONLINE = "VirtualClusterOnline"
 DEPLOYED = "VirtualClusterDeployed"
 READY = "VirtualClusterReady"
@@ -110,6 +114,12 @@ def route(vci: Obj, cluster: Obj | None) -> Route:
         why = str(status.get("reason") or "") or "initializing"
         detail = str(status.get("message") or "")
         said = f"{why}: {detail}" if detail else why
+        if deployed and status.get("reason") and status.get("reason") not in OFFLINE_REASONS:
+            # Reachable but stuck (a failed upgrade, a refused release): not offline, which would send the
+            # operator after the connection; the platform still applies nothing until it is Initialized.
+            return unmanaged(
+                name, namespace, f'cluster "{name}" is not initialized ({said})', REASON_NOT_INITIALIZED
+            )
         if deployed:
             return unmanaged(name, namespace, f'cluster "{name}" is offline ({said})')
         return Route(

@@ -279,7 +279,8 @@ def triage(cluster: Mapping[str, Any], diagnostics: Mapping[str, Any]) -> list[V
                 "Agent logs report the coordinator is unreachable",
                 [found],
                 "Allow outbound HTTPS from the connected cluster to the platform's host (firewall, egress "
-                "policy, proxy); check it with curl -v https://<platform>/derp/probe from a pod there.",
+                "policy, proxy); check it with curl -kv https://<platform>/derp/probe from a pod there "
+                "(-k: the platform's certificate is signed by vplane's own CA).",
             )
         )
     found = _first(logs, "token is empty") or _first(logs, "url is empty")

@@ -52,9 +52,8 @@ class UpgradeBridge:
         await self._deploy(change, wanted)
         node = await self._online_bridge(change)
         if node is None:
-            waited = time.monotonic() - self._waiting_since.setdefault(
-                (change.cluster, digest), time.monotonic()
-            )
+            now = time.monotonic()
+            waited = now - self._waiting_since.setdefault((change.cluster, digest), now)
             problem = (
                 await self._problem(change) if waited >= self.settings.agent_bridge_timeout_seconds else ""
             )
@@ -66,7 +65,7 @@ class UpgradeBridge:
                 cluster=change.cluster,
                 namespace=change.namespace,
                 waited_seconds=round(waited, 1),
-                problem=problem or None,
+                **({"problem": problem} if problem else {}),
             )
             raise BridgeWaiting(outcome)
         self._forget_waits(change.cluster)
