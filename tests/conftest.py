@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import shutil
 import sys
@@ -12,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / ".tools" / "bin"
@@ -19,6 +19,12 @@ TOOLS = ROOT / ".tools" / "bin"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import APIServerProcess, Kubectl  # noqa: E402
+
+# Property tests draw the same examples on every run (a rare random counterexample found in CI, not in the
+# change that made it, fails an unrelated submission); `pytest --hypothesis-profile=explore` draws new ones.
+hypothesis_settings.register_profile("default", derandomize=True)
+hypothesis_settings.register_profile("explore", derandomize=False)
+hypothesis_settings.load_profile("default")
 
 PRIVATE_HOME_ENV = "VPLANE_TEST_HOME"
 """The home directory the tests run with: a fresh private directory per test process (xdist workers
@@ -84,15 +90,6 @@ def _tool(name: str) -> str:
     if found is None:
         pytest.skip(f"{name} is not installed; run scripts/bootstrap")
     return found
-
-
-@pytest.fixture(autouse=True)
-def _garbage_of_this_test() -> Iterator[None]:
-    """Collect garbage when each test's teardown is over. An object a test leaves unclosed (a socket, a
-    transport) warns when it is collected, and warnings are errors: collected here, the failure names the
-    test that leaked it, not whichever test a later collection happened to run in."""
-    yield
-    gc.collect()
 
 
 @pytest.fixture(scope="session")

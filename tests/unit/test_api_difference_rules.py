@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from vplane.apiserver import codec
@@ -100,6 +100,11 @@ JSON_VALUES = st.recursive(
 )
 
 
+def test_a_number_too_large_for_a_double_is_well_formed() -> None:
+    assert gojson.syntax_error(b"1E400") is None and gojson.syntax_error(b"[-1e999]") is None
+    assert gojson.syntax_error(b"1E400:") == "invalid character ':' after top-level value"
+
+
 @settings(max_examples=300, deadline=None)  # a scan per cut: slow under load, not wrong
 @given(JSON_VALUES, st.booleans())
 def test_every_cut_of_a_json_text_is_judged_the_same_from_its_end(value: Any, indent: bool) -> None:
@@ -126,6 +131,9 @@ def test_go_and_orjson_agree_on_what_is_json(text: str) -> None:
         orjson.loads(body)
         valid = True
     except orjson.JSONDecodeError as exc:
+        # A number too large for a double (1E400) is orjson's range error, raised before it reads on: what
+        # follows is not judged, so the two cannot be compared (Go's scanner accepts the number itself).
+        assume("infinity" not in exc.msg)
         valid = False
         at_end = not body.strip() or (bool(exc.doc) and exc.pos >= len(exc.doc))
     found = gojson.syntax_error(body)
