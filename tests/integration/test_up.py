@@ -111,6 +111,11 @@ def test_vplane_up_starts_the_platform_and_two_tenant_clusters(tmp_path: Path, k
             "jsonpath={.spec.networkPeer} {.status.phase}",
         ).stdout
         assert phase == "true Initialized"
+        # Its port is recorded, so the next `vplane up` starts it there again (adopted pods name it).
+        server = k.run(
+            "config", "view", "-o", "jsonpath={.clusters[?(@.name=='vplane_edge')].cluster.server}"
+        ).stdout
+        assert server.endswith(":" + (home / "up" / "clusters" / "edge.port").read_text().strip()), server
         # The tenants' control planes are pods of the platform's cluster: the runbook's commands, as printed.
         assert "kubectl --context vplane_host get pods -n vcluster-target" in printed
         assert (

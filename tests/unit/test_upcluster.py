@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +69,20 @@ async def test_without_helm_up_says_how_to_install_it_and_starts_nothing(
     assert "--no-connected-cluster" in out
     assert cluster.process is None and not (tmp_path / "clusters").exists()
     await cluster.stop()
+
+
+def test_the_embedded_cluster_keeps_its_port_across_runs_while_it_is_free(tmp_path: Path) -> None:
+    """Pods adopted across a restart of `vplane up` (the agent among them) name the API server's port: the
+    next run asks for the same one, or for any port when it is taken or none was recorded."""
+    port_file = tmp_path / "edge.port"
+    assert upcluster.recorded_listen(port_file) == "127.0.0.1:0"
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        upcluster.record_listen(port_file, f"https://127.0.0.1:{port}")
+        assert port_file.read_text().strip() == str(port)
+        assert upcluster.recorded_listen(port_file) == "127.0.0.1:0"  # taken: any port
+    assert upcluster.recorded_listen(port_file) == f"127.0.0.1:{port}"  # free again: the same one
+    port_file.write_text("garbage")
+    assert upcluster.recorded_listen(port_file) == "127.0.0.1:0"

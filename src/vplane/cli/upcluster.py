@@ -104,6 +104,36 @@ def kubeconfig_entry(path: Path, context: str) -> tuple[str, str, bytes, str]:
     return (context, cluster["server"], base64.b64decode(cluster["certificate-authority-data"]), token)
 
 
+def recorded_listen(port_file: Path) -> str:
+    """The address to start the embedded cluster on: the port of its last run while that port is free, so
+    pods adopted across a restart of ``vplane up`` (its agent among them, whose in-cluster address names
+    that port) still reach it; any free port otherwise."""
+    import socket
+
+    try:
+        port = int(port_file.read_text().strip())
+    except (OSError, ValueError):
+        return "127.0.0.1:0"
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return "127.0.0.1:0"
+    return f"127.0.0.1:{port}"
+
+
+def record_listen(port_file: Path, server: str) -> None:
+    """Remember the port of ``server`` (the cluster's API URL) for the next run."""
+    from urllib.parse import urlsplit
+
+    port = urlsplit(server).port
+    if port is not None:
+        tmp = port_file.with_suffix(".tmp")
+        tmp.write_text(f"{port}\n")
+        tmp.replace(port_file)
+
+
 class ConnectedCluster:
     """The embedded cluster's process and the background task that connects it."""
 
@@ -122,6 +152,7 @@ class ConnectedCluster:
         self.helm_binary = helm_binary
         self.initialized_timeout_seconds = initialized_timeout_seconds
         self.log_path = directory.parent / f"{name}.log"
+        self.port_file = directory.parent / f"{name}.port"
         self.context = context_name(name)
         self.process: asyncio.subprocess.Process | None = None
         self.task: asyncio.Task[None] | None = None
@@ -129,7 +160,7 @@ class ConnectedCluster:
 
     def command(self, ready_file: Path) -> list[str]:
         cmd = [sys.executable, "-m", "vplane.cli.main", "cluster", "start", "--data-dir", str(self.directory)]
-        cmd += ["--listen", "127.0.0.1:0", "--ready-file", str(ready_file)]
+        cmd += ["--listen", recorded_listen(self.port_file), "--ready-file", str(ready_file)]
         cmd += ["--apiserver-set", f"service_cluster_ip_range={SERVICE_CIDR}"]
         for item in (f"node_name={self.name}", f"pod_cidr={POD_CIDR}", *self.node_overrides):
             cmd += ["--set", item]
@@ -168,7 +199,9 @@ class ConnectedCluster:
             if kubeconfig is None:
                 await say(f"{prefix} not started: vplane cluster start failed; see {self.log_path}")
                 return
-            on_context(kubeconfig_entry(kubeconfig, self.context))
+            entry = kubeconfig_entry(kubeconfig, self.context)
+            record_listen(self.port_file, entry[1])
+            on_context(entry)
             try:
                 await asyncio.to_thread(self._connect, login, kubeconfig)
             except click.ClickException as exc:
