@@ -27,10 +27,13 @@ from vplane.controllers.kcm.context import ControllerContext, ManagedController
 from vplane.controllers.kcm.events import NORMAL, WARNING
 from vplane.controllers.kcm.informers import Index
 from vplane.controllers.kcm.podautoscalerutil import (
+    TOO_FEW,
+    WITHIN_RANGE,
     History,
     behavior_rules,
     normalize_with_behaviors,
     tolerances,
+    upper_bound,
 )
 from vplane.controllers.kcm.replicacalc import (
     PodFacts,
@@ -127,24 +130,12 @@ def scale_up_limit(current: int) -> int:
 
 def convert_with_rules(current: int, desired: int, low: int, high: int) -> tuple[int, str, str]:
     """``convertDesiredReplicasWithRules``: (replicas, ScalingLimited reason, message)."""
-    limit = scale_up_limit(current)
-    if high > limit:
-        maximum, reason, message = (
-            limit,
-            "ScaleUpLimit",
-            "the desired replica count is increasing faster than the maximum scale rate",
-        )
-    else:
-        maximum, reason, message = (
-            high,
-            "TooManyReplicas",
-            "the desired replica count is more than the maximum replica count",
-        )
+    maximum, reason, message = upper_bound(scale_up_limit(current), high)
     if desired < low:
-        return low, "TooFewReplicas", "the desired replica count is less than the minimum replica count"
+        return (low, *TOO_FEW)
     if desired > maximum:
         return maximum, reason, message
-    return desired, "DesiredWithinRange", "the desired count is within the acceptable range"
+    return (desired, *WITHIN_RANGE)
 
 
 class MetricFailed(Exception):

@@ -229,6 +229,26 @@ def scale_down_limit(starts: Sequence[int], rules: Rules, current: int) -> int:
     return max(proposals) if rules.select == MIN else min(proposals)
 
 
+SCALE_UP_LIMIT = (
+    "ScaleUpLimit",
+    "the desired replica count is increasing faster than the maximum scale rate",
+)
+SCALE_DOWN_LIMIT = (
+    "ScaleDownLimit",
+    "the desired replica count is decreasing faster than the maximum scale rate",
+)
+TOO_MANY = ("TooManyReplicas", "the desired replica count is more than the maximum replica count")
+TOO_FEW = ("TooFewReplicas", "the desired replica count is less than the minimum replica count")
+WITHIN_RANGE = ("DesiredWithinRange", "the desired count is within the acceptable range")
+"""ScalingLimited reasons and messages (upstream's), shared by the rules with and without behavior."""
+
+
+def upper_bound(limit: int, high: int) -> tuple[int, str, str]:
+    """The most replicas a scale-up may reach: the rate limit while it is below maxReplicas, else
+    maxReplicas, with the reason that applies."""
+    return (limit, *SCALE_UP_LIMIT) if high > limit else (high, *TOO_MANY)
+
+
 def convert_with_behavior_rate(
     history: History,
     key: str,
@@ -243,39 +263,16 @@ def convert_with_behavior_rate(
     """``convertDesiredReplicasWithBehaviorRate``: (replicas, ScalingLimited reason, message)."""
     if desired > current:
         starts = [history.period_start(key, current, p.period, now) for p in up.policies]
-        limit = max(scale_up_limit(starts, up, current), current)
-        if high > limit:
-            maximum, reason, message = (
-                limit,
-                "ScaleUpLimit",
-                "the desired replica count is increasing faster than the maximum scale rate",
-            )
-        else:
-            maximum, reason, message = (
-                high,
-                "TooManyReplicas",
-                "the desired replica count is more than the maximum replica count",
-            )
+        maximum, reason, message = upper_bound(max(scale_up_limit(starts, up, current), current), high)
         if desired > maximum:
             return maximum, reason, message
     elif desired < current:
         starts = [history.period_start(key, current, p.period, now) for p in down.policies]
         limit = min(scale_down_limit(starts, down, current), current)
-        if low < limit:
-            minimum, reason, message = (
-                limit,
-                "ScaleDownLimit",
-                "the desired replica count is decreasing faster than the maximum scale rate",
-            )
-        else:
-            minimum, reason, message = (
-                low,
-                "TooFewReplicas",
-                "the desired replica count is less than the minimum replica count",
-            )
+        minimum, reason, message = (limit, *SCALE_DOWN_LIMIT) if low < limit else (low, *TOO_FEW)
         if desired < minimum:
             return minimum, reason, message
-    return desired, "DesiredWithinRange", "the desired count is within the acceptable range"
+    return (desired, *WITHIN_RANGE)
 
 
 @dataclass(frozen=True)
