@@ -265,6 +265,19 @@ def _parse_time(value: Any) -> float | None:
         return None
 
 
+def follow_pods(tenant: Tenant, pods: list[Obj], port: int, ready_timeout: float) -> bool:
+    """Set the tenant's replicas and failure from its pods (``replicas_from_pods``); whether an endpoint, a
+    readiness or the failure changed."""
+    replicas, failed = replicas_from_pods(
+        pods, tenant.spec.replicas, port, datetime.datetime.now(datetime.UTC).timestamp(), ready_timeout
+    )
+    before = {i: (r.ready, r.host) for i, r in tenant.replicas.items()}
+    changed = before != {i: (r.ready, r.host) for i, r in replicas.items()} or failed != tenant.failed
+    tenant.replicas = replicas
+    tenant.failed = failed
+    return changed
+
+
 def replicas_from_pods(
     pods: list[Obj], replicas: int, port: int, now: float, ready_timeout: float
 ) -> tuple[dict[int, Replica], str]:
@@ -462,17 +475,7 @@ class TenantPods:
     def _refresh(self, tenant: Tenant, port: int) -> None:
         ns = host_namespace(tenant.spec.name)
         pods = [p for p in self.pods.objects() if _d(p.get("metadata")).get("namespace") == ns]
-        replicas, failed = replicas_from_pods(
-            pods,
-            tenant.spec.replicas,
-            port,
-            datetime.datetime.now(datetime.UTC).timestamp(),
-            self.settings.tenant_ready_timeout_seconds,
-        )
-        before = {i: (r.ready, r.host) for i, r in tenant.replicas.items()}
-        tenant.replicas = replicas
-        if before != {i: (r.ready, r.host) for i, r in replicas.items()} or failed != tenant.failed:
-            tenant.failed = failed
+        if follow_pods(tenant, pods, port, self.settings.tenant_ready_timeout_seconds):
             self.changed.set()
         for pod in pods:
             index, ip = pod_ordinal(pod), str(_d(pod.get("status")).get("podIP") or "")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -52,10 +51,10 @@ from vplane.platform.tenantpods import (
     SERVICES,
     STATEFULSETS,
     PodParams,
+    follow_pods,
     host_namespace,
     manifests,
     owner,
-    replicas_from_pods,
 )
 from vplane.platform.tenantproxy import Connect, TenantProxy
 from vplane.platform.tenants import recorded_ports
@@ -286,17 +285,7 @@ class ConnectedTenants:
             if isinstance(exc, errors.StatusError) and exc.code not in (502, 503, 504):
                 raise
             raise ClusterUnreachable(_describe(exc)) from None
-        replicas, failed = replicas_from_pods(
-            pods.items,
-            spec.replicas,
-            port,
-            datetime.datetime.now(datetime.UTC).timestamp(),
-            self.settings.tenant_ready_timeout_seconds,
-        )
-        before = {i: (r.ready, r.host) for i, r in tenant.replicas.items()}
-        tenant.replicas = replicas
-        if before != {i: (r.ready, r.host) for i, r in replicas.items()} or failed != tenant.failed:
-            tenant.failed = failed
+        follow_pods(tenant, pods.items, port, self.settings.tenant_ready_timeout_seconds)
         return tenant
 
     async def _apply(self, tenant: Tenant, client: KubeClient, namespace: Obj, objects: list[Obj]) -> bool:
