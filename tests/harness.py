@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import ssl
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +199,17 @@ class APIServerProcess(ServerProcess):
                 return resp.status, dict(resp.headers), resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, dict(exc.headers), exc.read()
+
+
+def with_controllers(data_dir: Path, controllers: dict[str, Any]) -> Iterator[APIServerProcess]:
+    """An API server with its controller manager on, ``controllers`` its settings (shrunk periods), started;
+    stopped when the generator is closed (a module fixture's ``yield from``)."""
+    server = APIServerProcess(
+        data_dir, {"controller_manager": True, "controller_manager_settings": json.dumps(controllers)}
+    )
+    server.start()
+    yield server
+    server.stop()
 
 
 def replica_pids(tenant_dir: Path) -> dict[int, int]:

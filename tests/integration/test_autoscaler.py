@@ -4,7 +4,6 @@ condition and events with upstream's text, a target that does not exist, and a t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from kubernetes import client as kclient
 from kubernetes import config as kconfig
 
 from controllerkit import api, condition, events_for, wait_for
-from harness import APIServerProcess, Kubectl
+from harness import APIServerProcess, Kubectl, with_controllers
 
 pytestmark = pytest.mark.integration
 
@@ -26,16 +25,9 @@ NO_METRICS = (
 
 @pytest.fixture(scope="module")
 def shared_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[APIServerProcess]:
-    server = APIServerProcess(
-        tmp_path_factory.mktemp("hpa") / "apiserver",
-        {
-            "controller_manager": True,
-            "controller_manager_settings": json.dumps({"horizontal_pod_autoscaler_sync_period_seconds": 1}),
-        },
+    yield from with_controllers(
+        tmp_path_factory.mktemp("hpa") / "apiserver", {"horizontal_pod_autoscaler_sync_period_seconds": 1}
     )
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

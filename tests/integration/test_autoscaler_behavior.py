@@ -6,7 +6,6 @@ kubectl shows. Resource metrics come from a CustomResourceDefinition serving ``p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 import yaml
 
 from controllerkit import api, condition, events_for, items, now, set_pod_status, wait_for
-from harness import APIServerProcess, Kubectl
+from harness import APIServerProcess, Kubectl, with_controllers
 
 pytestmark = pytest.mark.integration
 
@@ -48,16 +47,10 @@ POD_METRICS_CRD = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[APIServerProcess]:
-    process = APIServerProcess(
+    yield from with_controllers(
         tmp_path_factory.mktemp("hpabehavior") / "apiserver",
-        {
-            "controller_manager": True,
-            "controller_manager_settings": json.dumps({"horizontal_pod_autoscaler_sync_period_seconds": 1}),
-        },
+        {"horizontal_pod_autoscaler_sync_period_seconds": 1},
     )
-    process.start()
-    yield process
-    process.stop()
 
 
 @pytest.fixture

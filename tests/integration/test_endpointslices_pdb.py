@@ -16,7 +16,7 @@ from kubernetes import config as kconfig
 from kubernetes.client.rest import ApiException
 
 from controllerkit import api, condition, events_for, items, set_pod_status, wait_for
-from harness import APIServerProcess, Kubectl
+from harness import APIServerProcess, Kubectl, with_controllers
 
 pytestmark = pytest.mark.integration
 
@@ -25,16 +25,9 @@ MAX_PER_SLICE = 3
 
 @pytest.fixture(scope="module")
 def shared_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[APIServerProcess]:
-    server = APIServerProcess(
-        tmp_path_factory.mktemp("slices") / "apiserver",
-        {
-            "controller_manager": True,
-            "controller_manager_settings": json.dumps({"max_endpoints_per_slice": MAX_PER_SLICE}),
-        },
+    yield from with_controllers(
+        tmp_path_factory.mktemp("slices") / "apiserver", {"max_endpoints_per_slice": MAX_PER_SLICE}
     )
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from kubernetes import config as kconfig
 from kubernetes.client.rest import ApiException
 
 from controllerkit import api, call, events_for, items, wait_for
-from harness import APIServerProcess, Kubectl
+from harness import APIServerProcess, Kubectl, with_controllers
 
 pytestmark = pytest.mark.integration
 
@@ -28,16 +28,9 @@ SYNC_PERIOD = 2
 @pytest.fixture(scope="module")
 def shared_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[APIServerProcess]:
     """The controller manager on, the quota resync shrunk so the full recount is reached within a test."""
-    server = APIServerProcess(
-        tmp_path_factory.mktemp("quota") / "apiserver",
-        {
-            "controller_manager": True,
-            "controller_manager_settings": json.dumps({"resource_quota_sync_period_seconds": SYNC_PERIOD}),
-        },
+    yield from with_controllers(
+        tmp_path_factory.mktemp("quota") / "apiserver", {"resource_quota_sync_period_seconds": SYNC_PERIOD}
     )
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ only that range covers remains, and let go once it is gone (the grace period shr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 
 from controllerkit import api, call, condition, wait_for
-from harness import APIServerProcess, Kubectl
+from harness import APIServerProcess, Kubectl, with_controllers
 
 FINALIZER = "networking.k8s.io/service-cidr-finalizer"
 BASE = "/apis/networking.k8s.io/v1"
@@ -20,16 +19,10 @@ BASE = "/apis/networking.k8s.io/v1"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[APIServerProcess]:
-    process = APIServerProcess(
+    yield from with_controllers(
         tmp_path_factory.mktemp("servicecidrs") / "apiserver",
-        {
-            "controller_manager": True,
-            "controller_manager_settings": json.dumps({"service_cidr_deletion_grace_period_seconds": 0.2}),
-        },
+        {"service_cidr_deletion_grace_period_seconds": 0.2},
     )
-    process.start()
-    yield process
-    process.stop()
 
 
 @pytest.fixture

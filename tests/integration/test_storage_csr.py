@@ -23,7 +23,7 @@ from kubernetes import client as kclient
 from kubernetes import config as kconfig
 
 from controllerkit import api, call, condition, events_for, reasons, wait_for
-from harness import APIServerProcess, Kubectl
+from harness import APIServerProcess, Kubectl, with_controllers
 
 pytestmark = pytest.mark.integration
 
@@ -34,21 +34,13 @@ RESYNC = 0.5
 
 @pytest.fixture(scope="module")
 def shared_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[APIServerProcess]:
-    server = APIServerProcess(
+    yield from with_controllers(
         tmp_path_factory.mktemp("storage") / "apiserver",
         {
-            "controller_manager": True,
-            "controller_manager_settings": json.dumps(
-                {
-                    "csr_denied_expiration_seconds": DENIED_EXPIRATION,
-                    "csr_approving_min_resync_period_seconds": RESYNC,
-                }
-            ),
+            "csr_denied_expiration_seconds": DENIED_EXPIRATION,
+            "csr_approving_min_resync_period_seconds": RESYNC,
         },
     )
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
