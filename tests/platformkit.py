@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -16,6 +17,43 @@ from harness import Kubectl, PlatformProcess
 from vplane.mesh import NodeSession
 from vplane.mesh.settings import MeshSettings
 from vplane.support import tls
+
+ROOT = Path(__file__).resolve().parents[1]
+HELM = ROOT / ".tools" / "bin" / "helm"
+"""The real helm scripts/bootstrap installs (tests that need it skip without it)."""
+
+
+def cluster_settings(**extra: Any) -> dict[str, Any]:
+    """Platform settings for connected-cluster tests: the Cluster loop's timers shrunk, agent Deployments at
+    zero replicas (the tests write agent pods themselves, and workload controllers must not add any), the
+    real helm; ``extra`` on top."""
+    settings: dict[str, Any] = {
+        "cluster_offline_grace_seconds": 0.5,
+        "cluster_offline_requeue_seconds": 0.3,
+        "cluster_failed_requeue_seconds": 0.5,
+        "cluster_resync_seconds": 0.5,
+        "cluster_peer_health_timeout_seconds": 2,
+        "local_client_retry_seconds": 0.3,
+        "agent_values": json.dumps({"replicas": 0}),
+        "mesh": json.dumps({"heartbeat_interval_seconds": 0.5}),
+    }
+    if HELM.exists():
+        settings["helm_binary"] = str(HELM)
+    settings.update(extra)
+    return settings
+
+
+def helm(kubeconfig: Path, cache: Path, *args: str) -> str:
+    """The real helm against ``kubeconfig``, with a cache of the test's own; its output."""
+    env = {**os.environ, "HELM_CACHE_HOME": str(cache)}
+    return subprocess.run(
+        [str(HELM), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
+
 
 FAST = {
     "token_review_ttl_seconds": 1.0,

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 import yaml
 
+import platformkit
 from harness import APIServerProcess, Kubectl, PlatformProcess
+from platformkit import HELM, cluster_settings
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-HELM = ROOT / ".tools" / "bin" / "helm"
 NS = "vcluster-platform"
 COORDINATOR_UNREACHABLE = (
     "Failed to reach the coordinator server. Make sure that the agent can reach the control-plane"
@@ -39,25 +39,6 @@ FAST_MESH = {
     "reconnect_backoff_min_seconds": 0.1,
     "reconnect_backoff_max_seconds": 0.5,
 }
-
-
-def fast_settings(**extra: Any) -> dict[str, Any]:
-    settings: dict[str, Any] = {
-        "cluster_offline_grace_seconds": 0.5,
-        "cluster_offline_requeue_seconds": 0.3,
-        "cluster_failed_requeue_seconds": 0.5,
-        "cluster_resync_seconds": 0.5,
-        "cluster_peer_health_timeout_seconds": 2,
-        "local_client_retry_seconds": 0.3,
-        # Agent pods are written by the tests; a Deployment scaled to zero keeps workload controllers, where
-        # they run, from adding pods of their own.
-        "agent_values": json.dumps({"replicas": 0}),
-        "mesh": json.dumps({"heartbeat_interval_seconds": 0.5}),
-    }
-    if HELM.exists():
-        settings["helm_binary"] = str(HELM)
-    settings.update(extra)
-    return settings
 
 
 def eventually(check: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
@@ -77,7 +58,7 @@ class Env:
     def __init__(self, tmp: Path, kubectl_path: str, **settings: Any) -> None:
         self.tmp = tmp
         self.kubectl_path = kubectl_path
-        self.proc = PlatformProcess(tmp / "platform", fast_settings(**settings))
+        self.proc = PlatformProcess(tmp / "platform", cluster_settings(**settings))
         self.proc.start()
         self.home = tmp / "home"
         token = yaml.safe_load(self.proc.kubeconfig.read_text())["users"][0]["user"]["token"]
@@ -144,14 +125,7 @@ def cluster_kubectl(api: APIServerProcess, kubectl_path: str, tmp: Path) -> Kube
 
 
 def helm(api: APIServerProcess, *args: str) -> str:
-    env = {**os.environ, "HELM_CACHE_HOME": str(api.data_dir.parent / "helm-cache")}
-    return subprocess.run(
-        [str(HELM), "--kubeconfig", str(api.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout
+    return platformkit.helm(api.kubeconfig, api.data_dir.parent / "helm-cache", *args)
 
 
 def direct_secret(env: Env, name: str, kubeconfig: str) -> None:

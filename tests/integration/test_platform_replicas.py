@@ -21,33 +21,22 @@ import pytest
 import yaml
 
 from harness import APIServerProcess, Kubectl, PlatformProcess
+from platformkit import HELM, ROOT, cluster_settings, helm
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-HELM = ROOT / ".tools" / "bin" / "helm"
 PEER_HOLDER = "loft.sh/coordinator-instance-id"
 
 
 def replica_settings(shared: Path, instance: str, **extra: Any) -> dict[str, Any]:
-    settings: dict[str, Any] = {
-        "shared_dir": str(shared),
-        "instance_id": instance,
-        "replica_heartbeat_seconds": 0.3,
-        "replica_offline_after_seconds": 2,
-        "mesh": json.dumps({"heartbeat_interval_seconds": 0.5, "gc_after_seconds": 5}),
-        "cluster_offline_grace_seconds": 0.5,
-        "cluster_offline_requeue_seconds": 0.3,
-        "cluster_failed_requeue_seconds": 0.5,
-        "cluster_resync_seconds": 0.5,
-        "cluster_peer_health_timeout_seconds": 2,
-        "local_client_retry_seconds": 0.3,
-        "agent_values": json.dumps({"replicas": 0}),
-    }
-    if HELM.exists():
-        settings["helm_binary"] = str(HELM)
-    settings.update(extra)
-    return settings
+    return cluster_settings(
+        shared_dir=str(shared),
+        instance_id=instance,
+        replica_heartbeat_seconds=0.3,
+        replica_offline_after_seconds=2,
+        mesh=json.dumps({"heartbeat_interval_seconds": 0.5, "gc_after_seconds": 5}),
+        **extra,
+    )
 
 
 def eventually(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
@@ -61,18 +50,10 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 60.0) -> N
 def install_release(cluster: APIServerProcess, key: str, url: str) -> None:
     if not HELM.exists():
         pytest.skip("helm is not installed (scripts/bootstrap installs it)")
-    args = [
-        str(HELM),
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "upgrade",
-        "loft",
-        str(ROOT / "charts" / "vplane-agent"),
-    ]
+    args = ["upgrade", "loft", str(ROOT / "charts" / "vplane-agent")]
     args += ["--install", "--namespace", "vcluster-platform", "--create-namespace", "--set", "replicas=0"]
     args += ["--set-string", f"token={key}", "--set-string", f"url={url}"]
-    env = {**os.environ, "HELM_CACHE_HOME": str(cluster.data_dir.parent / "helm-cache")}
-    subprocess.run(args, capture_output=True, text=True, check=True, env=env)
+    helm(cluster.kubeconfig, cluster.data_dir.parent / "helm-cache", *args)
 
 
 class Agent:
