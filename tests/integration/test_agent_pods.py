@@ -26,9 +26,11 @@ from typing import Any
 
 import pytest
 import yaml
-from test_connected_clusters import HELM, NS, Env, direct_secret, eventually
+from test_connected_clusters import NS, Env, direct_secret, eventually
 
+import platformkit
 from harness import Kubectl
+from platformkit import HELM
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("agent-pods")]
 
@@ -146,15 +148,7 @@ class NodeCluster:
 
 
 def helm_on(cluster: NodeCluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HELM_CACHE_HOME": str(cluster.directory.parent / "helm-cache")}
-    return subprocess.run(
-        [str(HELM), "--kubeconfig", str(cluster.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        check=check,
-        env=env,
-        timeout=120,
-    )
+    return platformkit.helm(cluster.kubeconfig, cluster.directory.parent / "helm-cache", *args, check=check)
 
 
 def old_chart(tmp: Path, version: str = "0.0.9") -> Path:

@@ -125,7 +125,7 @@ def cluster_kubectl(api: APIServerProcess, kubectl_path: str, tmp: Path) -> Kube
 
 
 def helm(api: APIServerProcess, *args: str) -> str:
-    return platformkit.helm(api.kubeconfig, api.data_dir.parent / "helm-cache", *args)
+    return platformkit.helm(api.kubeconfig, api.data_dir.parent / "helm-cache", *args).stdout
 
 
 def direct_secret(env: Env, name: str, kubeconfig: str) -> None:
