@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Self
 
 from aiohttp import web
@@ -37,6 +38,31 @@ class ThreadedServer:
         self._taken: set[asyncio.BaseTransport] = set()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @classmethod
+    def catch_all(
+        cls,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        cert: Path,
+        key: Path,
+        *,
+        client_ca: Path | None = None,
+        port: int = 0,
+    ) -> ThreadedServer:
+        """``handler`` for every method and path, serving ``cert``; with ``client_ca``, clients must present
+        a certificate it signed (an aggregator's front-proxy certificate)."""
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(cert, key)
+        if client_ca is not None:
+            ctx.load_verify_locations(cafile=str(client_ca))
+            ctx.verify_mode = ssl.CERT_REQUIRED
+
+        def app() -> web.Application:
+            application = web.Application()
+            application.router.add_route("*", "/{tail:.*}", handler)
+            return application
+
+        return cls(app, ctx, port)
 
     def start(self) -> Self:
         self._thread.start()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import ssl
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,22 +43,12 @@ class EchoBackend:
         serving = tls.issue_serving(self.ca, ["echo.kube-system.svc", "127.0.0.1", "localhost"])
         self.cert, self.key = workdir / "echo.crt", workdir / "echo.key"
         serving.write(self.cert, self.key)
-        self.front_proxy_ca = front_proxy_ca
         self.seen: list[dict[str, Any]] = []
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(self.cert, self.key)
-        ctx.load_verify_locations(cafile=str(self.front_proxy_ca))
-        ctx.verify_mode = ssl.CERT_REQUIRED
-        self._server = ThreadedServer(self._app, ctx)
+        self._server = ThreadedServer.catch_all(self._handle, self.cert, self.key, client_ca=front_proxy_ca)
 
     @property
     def port(self) -> int:
         return self._server.port
-
-    def _app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        return app
 
     async def _handle(self, request: web.Request) -> web.Response:
         peer = request.transport.get_extra_info("peercert") if request.transport else None

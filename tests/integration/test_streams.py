@@ -615,26 +615,17 @@ class UpgradeBackend:
         serving = tls.issue_serving(self.ca, ["wsecho.kube-system.svc", "127.0.0.1", "localhost"])
         self.cert, self.key = workdir / "ws.crt", workdir / "ws.key"
         serving.write(self.cert, self.key)
-        self.client_ca = client_ca
         self.users: list[str | None] = []
         self.closed = threading.Event()
         self.holding = threading.Event()
         self.held_closed = threading.Event()
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(self.cert, self.key)
-        if client_ca is not None:
-            ctx.load_verify_locations(cafile=str(client_ca))
-            ctx.verify_mode = ssl.CERT_REQUIRED
-        self._server = ThreadedServer(self._app, ctx, port)
+        self._server = ThreadedServer.catch_all(
+            self._handle, self.cert, self.key, client_ca=client_ca, port=port
+        )
 
     @property
     def port(self) -> int:
         return self._server.port
-
-    def _app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        return app
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.users.append(request.headers.get("X-Remote-User"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -242,14 +241,7 @@ class Backend:
         tls.issue_serving(ca, ["localhost", "127.0.0.1"]).write(self.cert, self.key)
         self.port = port
         self.requests = 0
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(self.cert, self.key)
-        self._server = ThreadedServer(self._app, ctx, port)
-
-    def _app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        return app
+        self._server = ThreadedServer.catch_all(self._handle, self.cert, self.key, port=port)
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.requests += 1
