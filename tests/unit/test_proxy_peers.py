@@ -185,7 +185,7 @@ def half_open() -> tuple[PeerCache, Host]:
 def test_release_gives_an_unused_trial_back() -> None:
     cache, _ = half_open()
     trial = pick(cache)
-    cache.release(trial)
+    cache.release_trial(trial.host)
     assert pick(cache).trial
 
 
@@ -195,7 +195,7 @@ def test_an_abandoned_trial_dial_gives_the_trial_back() -> None:
     cache, a = half_open()
     trial = pick(cache)
     assert trial.trial and cache.select() is Reason.ALL_QUARANTINED  # the one trial is out
-    cache.dial_abandoned(a, trial=True)
+    cache.release_trial(a)
     assert pick(cache).trial
     assert cache.counts()[HostState.HALF_OPEN] == 1
 

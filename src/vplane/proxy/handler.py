@@ -201,7 +201,8 @@ class ResourceProxy:
             error=_describe(cause) if cause is not None else reason,
         )
         if reason in ("canceled", "deadline"):
-            self.cache.dial_abandoned(host, trial=trial)  # the caller or a cap ended it: not the peer's fault
+            if trial:  # the caller or a cap ended it: not the peer's fault
+                self.cache.release_trial(host)
             return
         for event in self.cache.dial_failed(host, trial=trial):
             self._event(event)
@@ -596,7 +597,7 @@ class ResourceProxy:
         finally:
             reset_selection(token)
             if selection.trial and not selection.dialled:
-                self.cache.release(selection)
+                self.cache.release_trial(selection.host)
 
     async def _answer(
         self, request: web.BaseRequest, upstream: UpstreamResponse, outcome: Outcome

@@ -264,19 +264,13 @@ class PeerCache:
             events.append(Event(EventKind.ALL_QUARANTINED))
         return events
 
-    def dial_abandoned(self, host: Host, *, trial: bool) -> None:
-        """A dial its caller or a deadline ended says nothing about the host. A half-open trial it was is
-        given back, so the next request makes it; kept, the host would wait with its trial out for ever."""
-        health = self._hosts.get(host.key)
-        if health is not None and trial:
-            health.trial_out = False
-
     def _any_selectable(self, now: float) -> bool:
         return any(self._state(h, now) is not HostState.QUARANTINED for h in self._hosts.values())
 
-    def release(self, selection: Selection) -> None:
-        """A selection that was never dialled (the caller went away first) gives its trial back."""
-        if selection.trial:
-            health = self._hosts.get(selection.host.key)
-            if health is not None:
-                health.trial_out = False
+    def release_trial(self, host: Host) -> None:
+        """Give back the host's half-open trial when it ended without a verdict on the host: never dialled
+        (the caller went away first), or a dial its caller or a deadline cut short. Kept out, the host would
+        wait in half-open for ever and every request read all-quarantined."""
+        health = self._hosts.get(host.key)
+        if health is not None:
+            health.trial_out = False
