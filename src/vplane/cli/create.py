@@ -6,7 +6,7 @@ steps, any config change): the values become the VirtualClusterInstance's
 ``spec.template.helmRelease.values``, which the platform validates at admission (an invalid entry is
 refused with its field path, and nothing is applied) and rolls the tenant's pods for. Like upstream's
 ``vcluster create --upgrade``, the files given replace the previous values; several ``-f`` files are
-merged in order, later keys winning.
+merged in order as Helm merges values files, later keys winning.
 """
 
 from __future__ import annotations
@@ -18,24 +18,8 @@ import click
 import yaml
 
 from vplane.cli import userconfig
-
-API_VERSION = "management.loft.sh/v1"
-
-
-def merge_values(documents: list[dict[str, Any]]) -> dict[str, Any]:
-    """Deep-merge vcluster.yaml documents in order: maps merge, anything else is replaced."""
-    merged: dict[str, Any] = {}
-    for doc in documents:
-        _merge_into(merged, doc)
-    return merged
-
-
-def _merge_into(into: dict[str, Any], doc: dict[str, Any]) -> None:
-    for key, value in doc.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge_into(into[key], value)
-        else:
-            into[key] = value
+from vplane.kube.accesskeys import API_VERSION
+from vplane.platform.clusters.values import deep_merge
 
 
 def values_text(files: tuple[Path, ...]) -> str:
@@ -46,7 +30,10 @@ def values_text(files: tuple[Path, ...]) -> str:
         return text
     if not files:
         return ""
-    return yaml.safe_dump(merge_values([_document(f, f.read_text()) for f in files]), sort_keys=False)
+    merged: dict[str, Any] = {}
+    for path in files:
+        merged = deep_merge(merged, _document(path, path.read_text()))
+    return yaml.safe_dump(merged, sort_keys=False)
 
 
 def _document(path: Path, text: str) -> dict[str, Any]:

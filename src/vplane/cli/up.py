@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import click
 
-from vplane.cli import upcluster, upsample, userconfig
+from vplane.cli import create, upcluster, upsample, userconfig
 from vplane.cli.hostnode import platform_node
 from vplane.cli.options import build_settings
 from vplane.controllers.client import KubeClient, Resource
@@ -109,29 +109,8 @@ class Up:
         client_identity = vcluster_subject(namespace, "client")
         await upsample.grant_use(client, namespace, "target", client_identity)
         for name in TENANTS:
-            await _ensure(
-                client,
-                VCIS,
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "VirtualClusterInstance",
-                    "metadata": {
-                        "name": name,
-                        "namespace": namespace,
-                        "labels": {"loft.sh/project": PROJECT},
-                    },
-                    "spec": {
-                        "displayName": name,
-                        "template": {
-                            "helmRelease": {
-                                "values": upsample.client_values("target") if name == "client" else ""
-                            }
-                        },
-                        "networkPeer": True,
-                    },
-                },
-                namespace,
-            )
+            values = upsample.client_values("target") if name == "client" else ""
+            await _ensure(client, VCIS, create.instance(name, namespace, PROJECT, values), namespace)
         await _wait_ready(client, namespace, TENANTS)
         login = userconfig.PlatformLogin(platform.url, platform.admin_key, platform.ca_path.read_bytes())
         await _wait_reachable(login, TENANTS)
