@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import ssl
 import subprocess
 import tempfile
 import time
@@ -24,49 +23,13 @@ from typing import Any
 
 import click
 
-MANAGEMENT = "/apis/management.loft.sh/v1"
+from vplane.cli.userconfig import MANAGEMENT, Management, message_of
+
 NAMESPACE = "vcluster-platform"
 
 
-class _Platform:
-    def __init__(self, url: str, access_key: str, ca_pem: bytes) -> None:
-        self.url = url.rstrip("/")
-        self.access_key = access_key
-        self.ctx = ssl.create_default_context(cadata=ca_pem.decode())
-
-    def request(
-        self, method: str, path: str, body: Any = None, *, token: str | None = None
-    ) -> tuple[int, bytes]:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"Bearer {token or self.access_key}", "Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise click.ClickException(f"cannot reach the platform at {self.url}: {reason}") from None
-
-    def json(self, method: str, path: str, body: Any = None, *, ok: tuple[int, ...] = (200, 201)) -> Any:
-        code, raw = self.request(method, path, body)
-        if code not in ok:
-            raise click.ClickException(f"the platform answered {code}: {_message(raw)}")
-        return json.loads(raw) if raw else None
-
-
-def _message(raw: bytes) -> str:
-    try:
-        return str(json.loads(raw).get("message") or raw.decode(errors="replace"))
-    except ValueError:
-        return raw.decode(errors="replace").strip()
-
-
 def ensure_cluster(
-    platform: _Platform, name: str, display_name: str | None, echo: Callable[[str], None] = click.echo
+    platform: Management, name: str, display_name: str | None, echo: Callable[[str], None] = click.echo
 ) -> None:
     body = {
         "apiVersion": "management.loft.sh/v1",
@@ -86,10 +49,10 @@ def ensure_cluster(
             )
         echo(f'cluster "{name}" exists; reusing it')
         return
-    raise click.ClickException(f'cannot create cluster "{name}": {_message(raw)}')
+    raise click.ClickException(f'cannot create cluster "{name}": {message_of(raw)}')
 
 
-def _key_refusal(platform: _Platform, cluster: str) -> tuple[str, str] | None:
+def _key_refusal(platform: Management, cluster: str) -> tuple[str, str] | None:
     """(key name, why) when the cluster's agent key exists but the platform will refuse it (disabled,
     expired); None when it is usable or the caller may not read it (the agent then finds out)."""
     from vplane.apiserver import timeutil
@@ -180,7 +143,7 @@ def connect(
     from vplane.platform.clusters import values as av
     from vplane.platform.clusters.helm import find_chart, find_helm
 
-    platform = _Platform(url, access_key, ca_pem)
+    platform = Management(url, access_key, ca_pem)
     ensure_cluster(platform, name, display_name, echo)
     key = platform.json("GET", f"{MANAGEMENT}/clusters/{name}/accesskey")
     refused = _key_refusal(platform, name)
@@ -199,7 +162,7 @@ def connect(
     if code in (401, 403):
         code, raw = platform.request("GET", values_path, token=str(key["accessKey"]))
     if code != 200:
-        raise click.ClickException(f"cannot read the agent values: {_message(raw)}")
+        raise click.ClickException(f"cannot read the agent values: {message_of(raw)}")
     extra = yaml.safe_load(raw) or {}
     connection = av.connection_values(
         str(key["accessKey"]),

@@ -83,35 +83,61 @@ class _Forbidden(Exception):
     pass
 
 
+class Management:
+    """The management API with an access key (urllib: the CLI's calls are few and blocking)."""
+
+    def __init__(self, url: str, access_key: str, ca_pem: bytes) -> None:
+        self.url = url.rstrip("/")
+        self.access_key = access_key
+        self.ctx = ssl.create_default_context(cadata=ca_pem.decode())
+
+    def request(
+        self, method: str, path: str, body: Any = None, *, token: str | None = None
+    ) -> tuple[int, bytes]:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {token or self.access_key}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise click.ClickException(f"cannot reach the platform at {self.url}: {reason}") from None
+
+    def json(self, method: str, path: str, body: Any = None, *, ok: tuple[int, ...] = (200, 201)) -> Any:
+        code, raw = self.request(method, path, body)
+        if code not in ok:
+            raise click.ClickException(f"the platform answered {code}: {message_of(raw)}")
+        return json.loads(raw) if raw else None
+
+
+def message_of(raw: bytes) -> str:
+    """The message of a refusal's Status (its body as text when it is none)."""
+    try:
+        return str(json.loads(raw).get("message") or raw.decode(errors="replace"))
+    except ValueError:
+        return raw.decode(errors="replace").strip()
+
+
 def request(
     login: PlatformLogin, method: str, path: str, body: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:
-    """A call to the management API with the saved key: the answer, or None for a 404. A 403 raises
-    ``_Forbidden``; other refusals become one line with the platform's own message (a 422 names the field)."""
-    ctx = ssl.create_default_context(cadata=login.ca_pem.decode())
-    headers = {"Authorization": f"Bearer {login.access_key}", "Accept": "application/json"}
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    req = urllib.request.Request(login.url.rstrip("/") + path, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
-            doc: dict[str, Any] = json.load(resp)
-            return doc
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404 and method == "GET":
-            return None
-        if exc.code == 403 and method == "GET":
-            raise _Forbidden from None
-        try:
-            message = json.loads(exc.read()).get("message") or exc.reason
-        except ValueError:
-            message = exc.reason
-        raise click.ClickException(f"the platform at {login.url} answered {exc.code}: {message}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise click.ClickException(f"cannot reach the platform at {login.url}: {reason}") from None
+    """A call to the management API with the saved key: the answer, or None for a GET's 404. A GET's 403
+    raises ``_Forbidden``; other refusals become one line with the platform's own message (a 422 names the
+    field)."""
+    code, raw = Management(login.url, login.access_key, login.ca_pem).request(method, path, body)
+    if method == "GET" and code == 404:
+        return None
+    if method == "GET" and code == 403:
+        raise _Forbidden
+    if code >= 300:
+        raise click.ClickException(f"the platform at {login.url} answered {code}: {message_of(raw)}")
+    doc: dict[str, Any] = json.loads(raw)
+    return doc
 
 
 def _get(login: PlatformLogin, path: str) -> dict[str, Any] | None:
