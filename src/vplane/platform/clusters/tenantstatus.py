@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from vplane.kube.objects import Obj
+from vplane.platform.clusters import status as st
 
 DEPLOYED_ANNOTATION = "vplane.io/cluster"
 """On the instance: the connected cluster its objects were applied to (so deletion and a platform restart
@@ -35,7 +36,7 @@ REASON_NOT_FOUND = "ClusterNotFound"
 REASON_NOT_INITIALIZED = "ClusterNotInitialized"
 REASON_OFFLINE = "ClusterOffline"
 REASON_REF_CHANGED = "ClusterRefChanged"
-OFFLINE_REASONS = frozenset({"Offline", "NoOnlinePeers", "LocalClient"})
+OFFLINE_REASONS = frozenset({st.OFFLINE, st.NO_ONLINE_PEERS, st.LOCAL_CLIENT})
 """A Cluster's reasons that mean the platform cannot reach it (the others, say ``DeployProxyOnlyAgent`` or
 ``InitializeCluster``, come from a cluster it reaches)."""
 ONLINE = "VirtualClusterOnline"
