@@ -127,11 +127,11 @@ def record_listen(port_file: Path, server: str) -> None:
     """Remember the port of ``server`` (the cluster's API URL) for the next run."""
     from urllib.parse import urlsplit
 
+    from vplane.support.files import write_private
+
     port = urlsplit(server).port
     if port is not None:
-        tmp = port_file.with_suffix(".tmp")
-        tmp.write_text(f"{port}\n")
-        tmp.replace(port_file)
+        write_private(port_file, f"{port}\n")
 
 
 class ConnectedCluster:
