@@ -383,7 +383,10 @@ def test_upgrade_through_the_bridge(
         )
         revisions = history(node_cluster)
         assert revisions[0]["chart"] == "vplane-agent-0.0.9"
-        assert revisions[-1]["description"] == "Upgrade complete", revisions
+        assert revisions[-1]["description"].startswith("Upgrade complete by vplane-platform ("), revisions
+        assert revisions[-1]["description"].endswith("the agent chart is 0.0.9, the platform is 0.1.0"), (
+            revisions
+        )
         eventually(lambda: deployments(ck) == {"loft"}, 60, "the bridge removed")
         log = platform_log(plat)
         assert "bridge deployed" in log
@@ -545,8 +548,9 @@ def doctor(e: Env, name: str, *args: str) -> str:
 
 @pytest.mark.timeout(420)
 def test_doctor_cluster(plat: Env, node_cluster: NodeCluster, ck: Kubectl) -> None:
-    """`vplane doctor cluster` against real states, read through the platform: a healthy tunnel cluster; its
-    agent's key disabled (NoOnlinePeers; the platform cannot reach the cluster, the cluster's own context
+    """`vplane doctor cluster` against real states, read through the platform: a healthy tunnel cluster, still
+    healthy after the connect command ran again, looping once its values are edited by hand again and again;
+    its agent's key disabled (NoOnlinePeers; the platform cannot reach the cluster, the cluster's own context
     shows the agent's refused registration); a cluster whose agent never connected (Offline); a direct
     cluster whose agent image cannot be pulled (ImagePullBackOff)."""
     connect(plat, node_cluster, "doc")
@@ -558,6 +562,38 @@ def test_doctor_cluster(plat: Env, node_cluster: NodeCluster, ck: Kubectl) -> No
         assert "agent pods (app=loft): 1" in out and "1/1  Running" in out, out
         assert "helm revision 1: deployed vplane-agent-0.1.0 (Install complete)" in out, out
         assert "bridge proxy-only-agent: none" in out, out
+
+        # The connect command run again (the runbook allows it) writes the platform's own chart and values:
+        # an "Upgrade complete" revision each time, nothing for the platform to put back, and no loop.
+        for _ in range(4):
+            connect(plat, node_cluster, "doc")
+        assert [r["description"] for r in history(node_cluster)] == [
+            "Install complete",
+            *["Upgrade complete"] * 4,
+        ]
+        out = doctor(plat, "doc")
+        assert "Runbook row: Check the connection status / Initialized with no reason" in out, out
+        assert "loop indefinitely" not in out, out
+
+        # Values changed by hand again and again, each time put back by the platform: a loop.
+        for n in range(3):
+            helm_on(
+                node_cluster, "upgrade", "loft", str(CHART), "-n", NS, "--reuse-values", "--set", f"edit={n}"
+            )
+            eventually(
+                lambda: history(node_cluster)[-1]["description"].startswith(
+                    "Upgrade complete by vplane-platform"
+                ),
+                60,
+                "hand-edited values put back",
+            )
+        out = doctor(plat, "doc")
+        assert (
+            "Runbook row: Agent stuck mid-upgrade / The upgrade seems to loop indefinitely, repeatedly "
+            "reinstalling the agent" in out
+        ), out
+        assert "wrote the same chart and values again 2 times in the last 5 revisions" in out, out
+        assert "(the agent values drifted: edit), after revision" in out, out
 
         plat.k.run("patch", "accesskey", "cluster-doc", "--type=merge", "-p", '{"spec":{"disabled":true}}')
         plat.wait_status("doc", "", "NoOnlinePeers", timeout=60)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from vplane.platform.clusters import triage as tr
+from vplane.platform.clusters import values as av
 
 
 def cluster(phase: str = "", reason: str = "", message: str = "") -> dict[str, Any]:
@@ -214,13 +215,6 @@ def test_release_loop_rows() -> None:
     assert rows(cluster("Initialized"), diagnostics(history=pending))[0] == (
         f"{tr.UPGRADE} / The upgrade seems to loop: a stuck or partially applied Helm release"
     )
-    upgrades = [
-        {"revision": n, "status": "superseded", "chart": "c", "description": "Upgrade complete"}
-        for n in range(1, 6)
-    ]
-    assert rows(cluster("Initialized"), diagnostics(history=upgrades))[0] == (
-        f"{tr.UPGRADE} / The upgrade seems to loop indefinitely, repeatedly reinstalling the agent"
-    )
     missing = cluster(
         "Failed",
         "InitializeCluster",
@@ -231,3 +225,110 @@ def test_release_loop_rows() -> None:
         f"{tr.UPGRADE} / The upgrade loops with errors about a Helm release that doesn't exist",
         f"{tr.DURING} / status.reason InitializeCluster (install or upgrade the agent's CRDs and Helm release)",
     ]
+
+
+# -- the upgrade loop: who wrote each revision ---------------------------------------------------------------
+
+LOOP = f"{tr.UPGRADE} / The upgrade seems to loop indefinitely, repeatedly reinstalling the agent"
+WANTED = {"token": "k", "url": "https://platform", "env": {"A": "1"}}
+DRIFT = "the agent values drifted: podLabels"
+
+
+def by_hand(revision: int, description: str = "Upgrade complete") -> dict[str, Any]:
+    """A revision helm wrote for anyone but the platform: the connect command, a hand-run helm upgrade."""
+    return {
+        "revision": revision,
+        "status": "superseded",
+        "chart": "vplane-agent-0.1.0",
+        "description": description,
+    }
+
+
+def by_platform(
+    revision: int, why: str = DRIFT, values: dict[str, Any] = WANTED, action: av.Action = "upgrade"
+) -> dict[str, Any]:
+    """A revision the platform wrote, described as its release writes describe them."""
+    description = av.release_description(action, why, "0.1.0", values)
+    return {
+        "revision": revision,
+        "status": "superseded",
+        "chart": "vplane-agent-0.1.0",
+        "description": description,
+    }
+
+
+def deployed(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [*history[:-1], {**history[-1], "status": "deployed"}]
+
+
+def test_repeated_connects_are_not_a_loop() -> None:
+    """An operator re-running `vplane platform connect cluster` (as the runbook allows) writes the
+    platform's own values each time: five "Upgrade complete" revisions, and the platform wrote none."""
+    history = deployed([by_hand(1, "Install complete"), *(by_hand(n) for n in range(2, 7))])
+    assert rows(cluster("Initialized"), diagnostics(history=history)) == [
+        f"{tr.HEALTHY} / Initialized with no reason: connected and healthy"
+    ]
+
+
+def test_the_platform_putting_back_what_someone_keeps_changing_is_a_loop() -> None:
+    """Values edited by hand (or re-applied by some other tool) again and again; each time the platform
+    writes back the same chart and values."""
+    history = deployed(
+        [by_hand(1, "Install complete"), by_hand(2), by_platform(3), by_hand(4), by_platform(5), by_hand(6)]
+        + [by_platform(7)]
+    )
+    verdicts = tr.triage(cluster("Initialized"), diagnostics(history=history))
+    assert f"{verdicts[0].section} / {verdicts[0].row}" == LOOP
+    assert verdicts[0].evidence == [
+        "helm history: vplane-platform wrote the same chart and values again 2 times in the last 5 revisions",
+        f"revision 5 by vplane-platform ({DRIFT}), after revision 4 superseded (Upgrade complete)",
+        f"revision 7 by vplane-platform ({DRIFT}), after revision 6 superseded (Upgrade complete)",
+    ]
+    assert "leave the release to the platform" in verdicts[0].resolution
+
+
+def test_the_platform_rewriting_its_own_release_is_a_loop() -> None:
+    """Nobody else writes, yet every check upgrades again (a chart that is not the platform's version):
+    the platform's own write never satisfies it."""
+    why = "the agent chart is 0.0.9, the platform is 0.1.0"
+    history = deployed([by_platform(1, why, action="install"), *(by_platform(n, why) for n in range(2, 6))])
+    (verdict, *_) = tr.triage(cluster("Initialized"), diagnostics(history=history))
+    assert f"{verdict.section} / {verdict.row}" == LOOP
+    assert verdict.evidence[0].endswith("again 4 times in the last 5 revisions")
+    assert f"revision 5 by vplane-platform ({why}), right after its own previous write" in verdict.evidence
+    assert "its own write does not satisfy it" in verdict.resolution
+
+
+def test_the_platform_following_new_extra_agent_values_is_not_a_loop() -> None:
+    """Each annotation change is a new upgrade of new values, even when it goes back to earlier ones."""
+    on, off = {**WANTED, "env": {"LOFT_LOG_TSNET_AGENT": True}}, WANTED
+    history = deployed(
+        [by_platform(1, values=off, action="install")]
+        + [by_platform(n, "the agent values drifted: env", on if n % 2 else off) for n in range(2, 7)]
+    )
+    assert LOOP not in rows(cluster("Initialized"), diagnostics(history=history))
+
+
+def test_one_put_back_is_not_a_loop_and_old_ones_are_forgotten() -> None:
+    once = deployed([by_hand(1, "Install complete"), by_platform(2), by_hand(3), by_platform(4)])
+    assert LOOP not in rows(cluster("Initialized"), diagnostics(history=once))
+    settled = deployed(
+        [by_platform(1), by_hand(2), by_platform(3), by_hand(4), by_platform(5)]
+        + [by_hand(n) for n in range(6, 10)]
+    )
+    assert LOOP not in rows(cluster("Initialized"), diagnostics(history=settled))
+
+
+def test_revision_descriptions_name_the_platform_what_and_why() -> None:
+    text = av.release_description("upgrade", "the agent values drifted: env,\nurl", "0.1.0", WANTED)
+    assert text.startswith("Upgrade complete by vplane-platform (")
+    assert "\n" not in text
+    mark = av.platform_revision(text)
+    assert mark == av.PlatformRevision(
+        av.content_digest("0.1.0", WANTED), "the agent values drifted: env, url"
+    )
+    assert av.release_description("install", "", "0.1.0", WANTED).startswith("Install complete by")
+    assert av.content_digest("0.2.0", WANTED) != mark.digest
+    assert av.content_digest("0.1.0", {**WANTED, "token": "other"}) != mark.digest
+    for other in ("Upgrade complete", "Install complete", "Rollback to 3", 'Upgrade "loft" failed: x'):
+        assert av.platform_revision(other) is None

@@ -107,6 +107,11 @@ class ReleaseChange:
     reachable: Callable[[str], Awaitable[bool]]
     """Whether that session answers the platform's health check through the tunnel."""
 
+    @property
+    def description(self) -> str:
+        """The revision's description in ``helm history``: written by the platform, what, why."""
+        return av.release_description(self.action, self.why, self.version, self.values)
+
 
 class ReleaseApplier(Protocol):
     """Changes the agent release. :func:`helm_directly` runs helm; :class:`.upgrade.UpgradeBridge` (what the
@@ -122,7 +127,9 @@ class ReleaseApplier(Protocol):
 
 class HelmDirectly:
     async def apply(self, change: ReleaseChange) -> None:
-        await change.helm.upgrade_install(change.chart, change.namespace, change.values)
+        await change.helm.upgrade_install(
+            change.chart, change.namespace, change.values, description=change.description
+        )
 
     async def settle(self, change: ReleaseChange) -> None:
         return None

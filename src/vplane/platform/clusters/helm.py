@@ -1,8 +1,8 @@
 """The real ``helm`` binary, run as a subprocess against one cluster's kubeconfig.
 
 Release records are Helm's own (Secrets ``sh.helm.release.v1.loft.vN`` in the agent namespace), so
-``helm history -n vcluster-platform loft`` reads what the platform did. Every run gets private Helm
-homes (no user's repositories or plugins) and a bounded time.
+``helm history -n vcluster-platform loft`` reads what the platform did (its own revisions say so in their
+description). Every run gets private Helm homes (no user's repositories or plugins) and a bounded time.
 """
 
 from __future__ import annotations
@@ -175,10 +175,16 @@ class Helm:
             yield path
 
     async def upgrade_install(
-        self, chart: Path, namespace: str, values: dict[str, Any], name: str = RELEASE_NAME
+        self,
+        chart: Path,
+        namespace: str,
+        values: dict[str, Any],
+        name: str = RELEASE_NAME,
+        description: str = "",
     ) -> None:
         """One values file with everything (token included), so ``helm get values`` reads back exactly the
-        platform's desired values and drift is a plain comparison."""
+        platform's desired values and drift is a plain comparison. ``description`` replaces helm's
+        "Install complete"/"Upgrade complete" of a successful write (``values.release_description``)."""
         with self._values_file(values) as path:
             await self.run(
                 "upgrade",
@@ -191,4 +197,5 @@ class Helm:
                 str(path),
                 "--timeout",
                 f"{int(self.timeout_seconds)}s",
+                *(("--description", description) if description else ()),
             )

@@ -6,7 +6,8 @@ rows that match, the most specific first, each with the evidence that matched an
 runbook's tables, in the order they are checked here:
 
 1. "Agent stuck mid-upgrade": a ``proxy-only-agent`` deployment exists, a release stuck pending, a
-   release that does not exist where the Cluster says, repeated upgrades.
+   release that does not exist where the Cluster says, the platform writing the same release again and
+   again (:func:`reinstalls`).
 2. "Failures during reconciliation": ``status.reason`` (LocalClient, PeerHealthCheck, ClusterUID,
    InitializeCluster with its step, DeployProxyOnlyAgent, HealthCheckCluster, the pod conditions,
    NoOnlinePeers, Offline).
@@ -25,6 +26,7 @@ from typing import Any
 
 from vplane.platform.clusters import bridge as br
 from vplane.platform.clusters import status as st
+from vplane.platform.clusters import values as av
 
 BEFORE = "Failures before the first connection"
 DURING = "Failures during reconciliation"
@@ -43,6 +45,65 @@ class Verdict:
     row: str
     evidence: list[str] = field(default_factory=list)
     resolution: str = ""
+
+
+# -- the upgrade loop ----------------------------------------------------------------------------------------
+# Every helm write reads "Upgrade complete", whoever made it: an operator re-running the connect command (as
+# the runbook allows; it writes the platform's own chart and values) makes as many as a loop does. What makes
+# a loop is the platform writing again what it last wrote: the release had moved away from it in between
+# (someone else wrote, or its write never matched what it wants) and it put it back. Its revisions say so
+# in their description (``values.release_description``); a platform older than that mark shows no loop.
+
+LOOP_WINDOW = 5
+"""The last revisions looked at (helm keeps ten by default)."""
+LOOP_REINSTALLS = 2
+"""Re-installs among them that make a loop: the platform wrote the same release three times."""
+
+
+@dataclass(frozen=True)
+class Reinstall:
+    revision: int
+    why: str
+    """Why the platform upgraded, as its description says."""
+    between: list[str]
+    """The revisions since its previous write: someone else's, or a failed, pending or rolled back operation
+    (helm replaces those descriptions)."""
+
+    def line(self) -> str:
+        shown = self.between[-3:]
+        if len(self.between) > len(shown):
+            shown = [f"{len(self.between) - len(shown)} earlier revisions", *shown]
+        after = f"after {', '.join(shown)}" if shown else "right after its own previous write"
+        return f"revision {self.revision} by {av.PLATFORM_WRITER} ({self.why}), {after}"
+
+
+def _revision(entry: Mapping[str, Any]) -> int:
+    try:
+        return int(entry.get("revision") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def reinstalls(history: Sequence[Mapping[str, Any]]) -> list[Reinstall]:
+    """The platform's revisions among the last :data:`LOOP_WINDOW` that wrote the chart and values of its
+    previous write. Revisions it did not write never count: they are what may have moved the release, and a
+    revision that changes what the platform wants (new Extra Agent Values, a new version) is a new write,
+    not a re-install, even back to earlier values."""
+    ordered = sorted(history, key=_revision)
+    window = {_revision(r) for r in ordered[-LOOP_WINDOW:]}
+    found: list[Reinstall] = []
+    previous = ""
+    between: list[str] = []
+    for entry in ordered:
+        mark = av.platform_revision(str(entry.get("description") or ""))
+        if mark is None:
+            said = str(entry.get("description") or "")[:120]  # a failed one's is helm's whole error
+            between.append(f"revision {_revision(entry)} {entry.get('status')} ({said})")
+            continue
+        if mark.digest == previous and _revision(entry) in window:
+            found.append(Reinstall(_revision(entry), mark.why, between))
+        previous, between = mark.digest, []
+    return found
 
 
 def _pods(cluster_side: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
@@ -197,20 +258,30 @@ def triage(cluster: Mapping[str, Any], diagnostics: Mapping[str, Any]) -> list[V
                     "version or the values the platform manages.",
                 )
             )
-        upgrades = [
-            r
-            for r in sorted(history, key=lambda r: int(r.get("revision") or 0))[-5:]
-            if str(r.get("description")) == "Upgrade complete"
-        ]
-        if len(upgrades) >= 4:
+        again = reinstalls(history)
+        if len(again) >= LOOP_REINSTALLS:
+            resolution = (
+                "Something keeps changing the release away from what the platform wants (a chart version "
+                "or values edited by hand or re-applied by another tool, drifting Extra Agent Values): "
+                "change the Cluster's loft.sh/agent-values annotation instead, and leave the release to the "
+                "platform."
+            )
+            if any(not r.between for r in again):
+                resolution += (
+                    " Where nothing else wrote in between, its own write does not satisfy it: the chart it "
+                    "installs must be exactly its version (the agent_chart setting), and the values must "
+                    "read back from helm as written; its log says why it upgrades."
+                )
             verdicts.append(
                 Verdict(
                     UPGRADE,
                     "The upgrade seems to loop indefinitely, repeatedly reinstalling the agent",
-                    [f"helm history: {len(upgrades)} of the last 5 revisions are upgrades"],
-                    "Something keeps changing the release away from what the platform wants (a chart version "
-                    "or values edited by hand, drifting Extra Agent Values): change the Cluster's "
-                    "loft.sh/agent-values annotation instead, and leave the release to the platform.",
+                    [
+                        f"helm history: {av.PLATFORM_WRITER} wrote the same chart and values again "
+                        f"{len(again)} times in the last {LOOP_WINDOW} revisions",
+                        *(r.line() for r in again),
+                    ],
+                    resolution,
                 )
             )
     if reason == st.INITIALIZE_CLUSTER and "does not exist in namespace" in message:

@@ -45,7 +45,9 @@ class UpgradeBridge:
 
     async def apply(self, change: ReleaseChange) -> None:
         if not br.needs_bridge(change.mode, change.current, change.version):
-            await change.helm.upgrade_install(change.chart, change.namespace, change.values)
+            await change.helm.upgrade_install(
+                change.chart, change.namespace, change.values, description=change.description
+            )
             return
         wanted = await self._build(change)
         digest = wanted["metadata"]["annotations"][br.SPEC_ANNOTATION]
@@ -80,7 +82,9 @@ class UpgradeBridge:
         )
         helm = change.helm_through(node)
         try:
-            await helm.upgrade_install(change.chart, change.namespace, change.values)
+            await helm.upgrade_install(
+                change.chart, change.namespace, change.values, description=change.description
+            )
         except HelmError as exc:
             note = await self._roll_back(change, helm)
             raise HelmError(f"{exc} (upgrade through the bridge {br.BRIDGE_NAME}{note})") from None

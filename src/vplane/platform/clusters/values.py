@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
 import yaml
 
 from vplane.kube import yamlsafe
@@ -116,6 +119,48 @@ def release_action(current: Release | None, values: Mapping[str, Any], version: 
         )
         return "upgrade", "the agent values drifted: " + ", ".join(drifted)
     return "none", ""
+
+
+# -- who wrote a revision -------------------------------------------------------------------------------
+# Anyone with helm can write the release (the connect command, a hand-run upgrade, a GitOps tool), and
+# every write reads "Upgrade complete" in `helm history`. The platform signs its own revisions through
+# helm's description, so the history tells its writes from everyone else's, and shows when it wrote the
+# same chart and values again: the mark of a release something keeps moving away (the doctor's loop row).
+
+PLATFORM_WRITER = "vplane-platform"
+_WHY_LIMIT = 200
+_PLATFORM_REVISION = re.compile(
+    rf"^(?:Install|Upgrade) complete by {PLATFORM_WRITER} \(([0-9a-f]{{12}})\)(?:: (.*))?$", re.DOTALL
+)
+
+
+def content_digest(version: str, values: Mapping[str, Any]) -> str:
+    """12 hex characters of SHA-256 over the chart version and the values: equal digests, equal release
+    content. The token is among the values; 48 bits of a digest of a random key reveal nothing of it."""
+    raw = orjson.dumps([version, values], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(raw).hexdigest()[:12]
+
+
+def release_description(action: Action, why: str, version: str, values: Mapping[str, Any]) -> str:
+    """The description of a revision the platform writes (``helm upgrade --description``): helm's own words
+    first (what people grep for), then who wrote it, what (:func:`content_digest`) and why."""
+    done = "Install complete" if action == "install" else "Upgrade complete"
+    text = f"{done} by {PLATFORM_WRITER} ({content_digest(version, values)})"
+    why = " ".join(why.split())[:_WHY_LIMIT]  # one line, bounded: key names come from users' values
+    return f"{text}: {why}" if why else text
+
+
+@dataclass(frozen=True)
+class PlatformRevision:
+    digest: str
+    why: str
+
+
+def platform_revision(description: str) -> PlatformRevision | None:
+    """What the platform wrote in a revision's description; None for a revision it did not write (helm
+    replaces the description of a failed or pending operation, so those read as nobody's)."""
+    found = _PLATFORM_REVISION.match(description)
+    return PlatformRevision(found.group(1), found.group(2) or "") if found else None
 
 
 # -- kubeconfigs the platform holds ------------------------------------------------------------------
