@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness import APIServerProcess, Kubectl, UpProcess, node_processes
 
@@ -75,6 +76,26 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpProcess]:
 @pytest.fixture
 def kube(up: UpProcess, kubectl_path: str, tmp_path: Path) -> Kubectl:
     return Kubectl(kubectl_path, up.kubeconfig, tmp_path / "cache")
+
+
+def test_the_client_proxy_counts_no_failure_before_the_user_does_anything(
+    up: UpProcess, kube: Kubectl
+) -> None:
+    """Right after "vplane is up", the runbook's step 2 on the client finds nothing to triage: no discovery
+    fallback (its proxy used to start before the target served the sample CRD, so its first discovery checks
+    were answered 404, or found no target peer, and fell back) and no 503."""
+    text = kube.run("--context", "vplane_client_default", "get", "--raw", "/metrics/syncer").stdout
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert any(s.name == "vcluster_proxy_peer_cache_synced" and s.value == 1 for s in samples), text
+    fallbacks = [s for s in samples if s.name == "vcluster_proxy_discovery_fallbacks_total" and s.value]
+    assert fallbacks == [], text
+    unavailable = [
+        s for s in samples if s.name == "vcluster_proxy_request_total" and s.labels["code"] == "503"
+    ]
+    assert unavailable == [], text
+    doctor = vplane("doctor", "proxy", "client", "--project", "default", "--interval", "0.2", env=up.env)
+    assert doctor.returncode == 0, doctor.stderr
+    assert "verdict: No proxy degradation" in doctor.stdout, doctor.stdout
 
 
 # -- item 3: files only their owner can read ------------------------------------------------------------

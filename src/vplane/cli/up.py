@@ -1,10 +1,10 @@
 """``vplane up``: the whole system on this machine.
 
-Starts the platform, makes sure project ``default`` and the tenant clusters ``client`` and ``target``
-exist, waits until they serve through the platform (the path their kubeconfig contexts use), writes one
-kubeconfig with a context for the management API, one per tenant cluster and one for the platform's own
-cluster (keeping the context the user had selected in it), remembers the platform for ``vplane connect``,
-and prints how to use it all.
+Starts the platform, makes sure project ``default`` and the tenant clusters ``target`` and then ``client``
+(whose resource proxy needs the target's sample CRD served) exist, waits until they serve through the
+platform (the path their kubeconfig contexts use), writes one kubeconfig with a context for the management
+API, one per tenant cluster and one for the platform's own cluster (keeping the context the user had
+selected in it), remembers the platform for ``vplane connect``, and prints how to use it all.
 
 The tenants' control planes run as pods of the platform's own cluster (``tenant_placement: pods``, a
 StatefulSet in ``vcluster-<name>``), so the runbooks' ``kubectl --context vplane_host get pods -n
@@ -105,15 +105,18 @@ class Up:
         )
         namespace = project_namespace(PROJECT, platform.settings.project_namespace_prefix)
         await _wait_namespace(client, namespace)
-        # The client proxies the sample group from the target: its identity may use the target.
+        # The client proxies the sample group from the target, so the target comes first, as the runbook
+        # orders it: `use` of the target for the client's identity, the target serving, the sample CRD
+        # Established there with the client's rights on it, and only then the client with its proxy entry.
+        # A client started beside the target checked its proxy's discovery before the target was on the mesh
+        # or served the group: the checks fell back (`no_peer`, `upstream_error`), and the runbook reads
+        # those counters as a symptom on a system nobody has used yet.
         client_identity = vcluster_subject(namespace, "client")
         await upsample.grant_use(client, namespace, "target", client_identity)
-        for name in TENANTS:
-            values = upsample.client_values("target") if name == "client" else ""
-            await _ensure(client, VCIS, create.instance(name, namespace, PROJECT, values), namespace)
-        await _wait_ready(client, namespace, TENANTS)
+        await _ensure(client, VCIS, create.instance("target", namespace, PROJECT, ""), namespace)
+        await _wait_ready(client, namespace, ("target",))
         login = userconfig.PlatformLogin(platform.url, platform.admin_key, platform.ca_path.read_bytes())
-        await _wait_reachable(login, TENANTS)
+        await _wait_reachable(login, ("target",))
         login.save()
         entries = [(userconfig.management_context(), platform.url, login.ca_pem, login.access_key)]
         entries += [
@@ -129,9 +132,16 @@ class Up:
         if pods:
             # The same server and key as the management context: the platform's API server is its cluster's.
             entries.append((userconfig.host_context(), platform.url, login.ca_pem, login.access_key))
+        # Written now, with every context (the client's answers once it serves): the target's side of the
+        # sample is prepared through its context.
         self._entries = entries
         self._write_kubeconfig()
-        await self._sample_proxy(client_identity, login)
+        await self._prepare_target(client_identity)
+        values = upsample.client_values("target")
+        await _ensure(client, VCIS, create.instance("client", namespace, PROJECT, values), namespace)
+        await _wait_ready(client, namespace, ("client",))
+        await _wait_reachable(login, ("client",))
+        await self._sample_proxy(login)
         _print_usage(platform.url, self.kubeconfig, pods, self.edge)
         self._printed.set()
 
@@ -160,14 +170,27 @@ class Up:
                 return None
             raise
 
-    async def _sample_proxy(self, client_identity: str, login: userconfig.PlatformLogin) -> None:
-        """The target's side of the sample (its CRD and the client's rights there), then wait until the
-        client serves the group (the proxy's APIService is available and its schema merged, so kubectl
-        validates a widget)."""
+    async def _prepare_target(self, client_identity: str) -> None:
+        """The target's side of the sample: its CRD, Established, and the client's rights there."""
         target = KubeClient.from_kubeconfig(self.kubeconfig, userconfig.tenant_context("target", PROJECT))
-        tenant = KubeClient.from_kubeconfig(self.kubeconfig, userconfig.tenant_context("client", PROJECT))
         try:
             await upsample.prepare_target(target, client_identity)
+            deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
+            while not await upsample.established(target):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise click.ClickException(
+                        f"the sample CustomResourceDefinition {upsample.PLURAL}.{upsample.GROUP} is not "
+                        "Established in tenant cluster target"
+                    )
+                await asyncio.sleep(0.1)
+        finally:
+            await target.close()
+
+    async def _sample_proxy(self, login: userconfig.PlatformLogin) -> None:
+        """Wait until the client serves the group (the proxy's APIService is available and its schema
+        merged, so kubectl validates a widget)."""
+        tenant = KubeClient.from_kubeconfig(self.kubeconfig, userconfig.tenant_context("client", PROJECT))
+        try:
             deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
             name = f"{upsample.VERSION}.{upsample.GROUP}"
             while True:
@@ -185,7 +208,6 @@ class Up:
                     return
                 await asyncio.sleep(0.2)
         finally:
-            await target.close()
             await tenant.close()
 
     async def stop(self) -> None:

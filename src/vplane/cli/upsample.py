@@ -103,6 +103,18 @@ async def prepare_target(target: KubeClient, client_identity: str) -> None:
     )
 
 
+async def established(target: KubeClient) -> bool:
+    """Whether the target serves the sample CRD (its API server registers the kind before it says so)."""
+    try:
+        obj = await target.get(CRDS, f"{PLURAL}.{GROUP}")
+    except errors.StatusError as exc:
+        if exc.code == 404:
+            return False
+        raise
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
 async def grant_use(platform: KubeClient, namespace: str, target: str, client_identity: str) -> None:
     """``use`` on the target VirtualClusterInstance for the client's identity (checked at registration)."""
     name = f"vcluster-proxy-target-access-{target}"
