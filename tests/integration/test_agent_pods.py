@@ -538,6 +538,57 @@ def test_management_namespace_mismatch(plat: Env, node_cluster: NodeCluster, ck:
         helm_on(node_cluster, "uninstall", "loft", "-n", "agents", "--ignore-not-found", check=False)
 
 
+RECHECK_LOG = "asking helm again where the agent release lives"
+
+
+@pytest.mark.timeout(300)
+def test_agent_moved_by_hand_is_noticed_before_the_recheck_period(
+    tmp_path: Path, kubectl_path: str, node_cluster: NodeCluster, ck: Kubectl
+) -> None:
+    """The runbook's "Keep managementNamespace in sync after manual namespace changes": the agent moved by
+    hand (its release uninstalled, installed again with the same values in `agents`) while
+    spec.managementNamespace still names vcluster-platform. The platform remembers where the release lives
+    for agent_release_recheck_seconds (an hour here), but the agent's session from `agents` makes it ask
+    helm again at once: the status reads the "Helm release that doesn't exist" row, not a pod condition of
+    the old namespace. While nothing looks wrong, the passes ask helm nothing."""
+    e = Env(tmp_path / "p", kubectl_path, **platform_settings(agent_release_recheck_seconds=3600))
+    try:
+        connect(e, node_cluster, "relocated")
+        e.wait_status("relocated", "Initialized", "", timeout=90)
+        eventually(lambda: len(ready_pods(ck)) == 1, 60, "the agent pod Ready")
+        # Steady: several resync passes (0.5 s apart) reuse the remembered namespace.
+        before = platform_log(e).count(RECHECK_LOG)
+        time.sleep(2)
+        e.wait_status("relocated", "Initialized", "")
+        assert platform_log(e).count(RECHECK_LOG) == before
+
+        values = tmp_path / "values.yaml"
+        values.write_text(helm_on(node_cluster, "get", "values", "loft", "-n", NS, "-o", "yaml").stdout)
+        helm_on(node_cluster, "uninstall", "loft", "-n", NS, "--wait")
+        helm_on(
+            node_cluster,
+            *("install", "loft", str(CHART), "-n", "agents", "--create-namespace", "--values", str(values)),
+        )
+        message = e.wait_status("relocated", "Failed", "InitializeCluster", timeout=90)
+        assert 'Helm release "loft" does not exist in namespace vcluster-platform, loft' in message, message
+        assert "the connected agent runs in namespace agents" in message, message
+        assert "the agent's tunnel sessions run in namespace agents" in platform_log(e)
+
+        e.k.run(
+            "patch",
+            "cluster.management.loft.sh",
+            "relocated",
+            "--type=merge",
+            "-p",
+            '{"spec":{"managementNamespace":"agents"}}',
+        )
+        e.wait_status("relocated", "Initialized", "", timeout=90)
+    finally:
+        disconnect(e, node_cluster, ck, "relocated", namespace="agents")
+        helm_on(node_cluster, "uninstall", "loft", "-n", NS, "--ignore-not-found", check=False)
+        e.stop()
+
+
 # -- item 8: vplane doctor cluster ---------------------------------------------------------------------------
 
 

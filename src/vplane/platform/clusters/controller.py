@@ -39,6 +39,7 @@ from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import NodeInfo
 from vplane.platform.clusters import bridge as br
 from vplane.platform.clusters import diagnostics as diag
+from vplane.platform.clusters import releasecache as rc
 from vplane.platform.clusters import status as st
 from vplane.platform.clusters import values as av
 from vplane.platform.clusters.gateway import AGENT_HEALTH_PATH, Gateway, agent_sessions
@@ -142,6 +143,11 @@ def _session(node: NodeInfo) -> br.Session:
     return br.Session(node.id, node.name, node.labels, node.online, node.connected_at or 0.0)
 
 
+def _session_namespaces(sessions: Sequence[NodeInfo]) -> list[str]:
+    """Where the cluster's online agents say they run (their ``agent-namespace`` label)."""
+    return [str(n.labels.get(br.NAMESPACE_LABEL) or "") for n in sessions if n.online]
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, errors.StatusError):
         return exc.message
@@ -192,7 +198,7 @@ class ClusterController:
             "clusters", self.informer, self.reconcile, workers=self.settings.cluster_workers
         )
         self._clients: dict[str, _ClusterClient] = {}
-        self._release_checked: dict[str, tuple[str, float, str]] = {}
+        self._release_checked: dict[str, rc.Located] = {}
         self._claims: dict[str, str] = {}
         """UIDs this process recorded, ahead of the informer seeing the annotation."""
         self._pending_seen: dict[tuple[str, str, int], float] = {}
@@ -236,13 +242,17 @@ class ClusterController:
         if not await self._write(cluster, outcome, online):
             return self.settings.cluster_offline_requeue_seconds  # and at once, for the newer object's event
         s = self.settings
-        return st.requeue_after(
+        delay = st.requeue_after(
             outcome,
             waiting=s.cluster_offline_requeue_seconds,
             failing=s.cluster_failed_requeue_seconds,
             resync=s.cluster_resync_seconds,
             grace_left=grace_left,
         )
+        if rc.recheck_due(self._release_checked.get(name)):
+            # The pass doubted where the release lives: the next one asks helm, as soon as a wait would.
+            delay = min(delay, s.cluster_offline_requeue_seconds)
+        return delay
 
     async def _pass(
         self, name: str, cluster: Obj, mode: st.Mode, sessions: list[NodeInfo]
@@ -283,9 +293,10 @@ class ClusterController:
             await self._ensure_namespace(client, namespace)
         except (errors.StatusError, TransportError) as exc:
             return st.step_failed(st.Step.NAMESPACE, _describe(exc), namespace), None
+        fresh = False
         if mode is not st.Mode.LOCAL:
             try:
-                namespace = await self._release(name, cluster, mode, namespace, entry, sessions)
+                namespace, fresh = await self._release(name, cluster, mode, namespace, entry, sessions)
             except BridgeError as exc:
                 return st.deploy_proxy_only_agent_failed(str(exc)), None
             except BridgeWaiting as exc:
@@ -293,6 +304,8 @@ class ClusterController:
             except ReleasePending:
                 return st.SILENT, None
             except (HelmError, av.AgentValuesInvalid, errors.StatusError, TransportError, OSError) as exc:
+                if isinstance(exc, HelmError) and rc.helm_says_missing(str(exc)):
+                    self._release_checked.pop(name, None)  # wherever it is, it is not where remembered
                 return st.step_failed(st.Step.RELEASE, _describe(exc)), None
         try:
             await self._ensure_rbac(client)
@@ -304,7 +317,16 @@ class ClusterController:
             pods = await client.list(PODS, namespace=namespace, label_selector=dict([st.AGENT_LABEL]))
         except (errors.StatusError, TransportError) as exc:
             return st.health_check_failed(namespace, _describe(exc)), None
+        self._observe(name, namespace, fresh, sessions, len(pods.items))
         return st.pods_outcome(pods.items, namespace), None
+
+    def _observe(self, name: str, namespace: str, fresh: bool, sessions: list[NodeInfo], pods: int) -> None:
+        """What the pass saw of the agent, weighed against where the release is remembered to live."""
+        located = self._release_checked.get(name)
+        if located is None or located.namespace != namespace:
+            return
+        doubts = rc.session_doubts(namespace, _session_namespaces(sessions)) | rc.pod_doubts(namespace, pods)
+        self._release_checked[name] = rc.observed(located, doubts, fresh)
 
     async def _reachable(self, node_id: str) -> bool:
         node = next((n for n in self.deps.nodes() if n.id == node_id and n.online), None)
@@ -390,7 +412,7 @@ class ClusterController:
             self.deps.data_dir / "helm",
             self.settings.cluster_request_timeout_seconds,
         )
-        namespace = checked[2] if checked is not None else spec_namespace
+        namespace = checked.namespace if checked is not None else spec_namespace
         doc["cluster"] = await diag.collect(entry.client, helm, namespace, "platform")
         return doc
 
@@ -540,11 +562,13 @@ class ClusterController:
         spec_namespace: str,
         entry: _ClusterClient,
         sessions: list[NodeInfo],
-    ) -> str:
+    ) -> tuple[str, bool]:
         """Install or upgrade the agent release when absent, of another chart version, not ``deployed``,
-        or with drifted values; helm is asked only when the desired values changed or every
-        ``agent_release_recheck_seconds`` (so a resync costs no subprocess). Returns the namespace the
-        release lives in: ``spec.managementNamespace``, else ``loft`` or ``vcluster-platform`` (spec §13.6)."""
+        or with drifted values; helm is asked only when the desired values changed, every
+        ``agent_release_recheck_seconds``, or when a pass saw evidence that the release is not where it was
+        found (:mod:`.releasecache`), so a resync costs no subprocess. Returns the namespace the release
+        lives in (``spec.managementNamespace``, else ``loft`` or ``vcluster-platform``, spec §13.6) and
+        whether helm was asked this pass."""
         annotations = (cluster.get("metadata") or {}).get("annotations") or {}
         extra = av.extra_values({}, self.settings.agent_values, annotations.get(st.AGENT_VALUES_ANNOTATION))
         key = await self.deps.agent_key(name)
@@ -558,18 +582,25 @@ class ClusterController:
         ).hexdigest()
         now = time.monotonic()
         checked = self._release_checked.get(name)
-        if (
-            checked is not None
-            and checked[0] == fingerprint
-            and now - checked[1] < self.settings.agent_release_recheck_seconds
-        ):
-            return checked[2]
+        agent_namespaces = _session_namespaces(sessions)
+        doubts = rc.session_doubts(checked.namespace, agent_namespaces) if checked else frozenset()
+        why = rc.recheck_reason(
+            checked, fingerprint, now, self.settings.agent_release_recheck_seconds, doubts
+        )
+        if checked is not None and not why:
+            return checked.namespace, False
+        if why not in rc.ROUTINE:
+            log.info(
+                "asking helm again where the agent release lives",
+                cluster=name,
+                namespace=checked.namespace if checked else spec_namespace,
+                why=why,
+            )
         helm = self._helm(entry.kubeconfig)
         namespace, current = await self._find_release(helm, spec_namespace)
         if current is None and mode is st.Mode.TUNNEL:
             # The agent is connected (the pass got here through it), so its release is somewhere else:
             # installing a second agent would not fix that (the runbook's "release does not exist" loop).
-            agent_namespaces = [str(n.labels.get(br.NAMESPACE_LABEL) or "") for n in sessions if n.online]
             raise HelmError(
                 br.missing_release_message(br.release_namespaces(spec_namespace), agent_namespaces)
             )
@@ -600,8 +631,10 @@ class ClusterController:
             log.info("agent release applied", cluster=name, action=action, namespace=namespace)
         else:
             await self.apply_release.settle(change)
-        self._release_checked[name] = (fingerprint, now, namespace)
-        return namespace
+        self._release_checked[name] = rc.located(
+            checked, fingerprint, now, namespace, rc.session_doubts(namespace, agent_namespaces)
+        )
+        return namespace, True
 
     def _helm(self, kubeconfig: Path) -> Helm:
         return Helm(
