@@ -589,6 +589,40 @@ def test_agent_moved_by_hand_is_noticed_before_the_recheck_period(
         e.stop()
 
 
+@pytest.mark.timeout(300)
+def test_a_direct_clusters_agent_moved_by_hand_is_not_installed_twice(
+    tmp_path: Path, plat: Env, node_cluster: NodeCluster, ck: Kubectl
+) -> None:
+    """The same move on a direct-kubeconfig cluster: the platform could install the agent itself, but its
+    agent is connected from `agents`, so a second agent in vcluster-platform would not fix the mismatch.
+    The status reads the "Helm release that doesn't exist" row, and no agent appears in vcluster-platform."""
+    direct_secret(plat, "moved-kubeconfig", node_cluster.kubeconfig.read_text())
+    spec = {"config": {"secretName": "moved-kubeconfig", "secretNamespace": NS, "key": "config"}}
+    cluster = {"apiVersion": "management.loft.sh/v1", "kind": "Cluster", "metadata": {"name": "moved"}}
+    plat.k.apply(yaml.safe_dump({**cluster, "spec": spec}))
+    try:
+        plat.wait_status("moved", "Initialized", "", timeout=90)
+        eventually(lambda: len(ready_pods(ck)) == 1, 60, "the agent pod Ready")
+        values = tmp_path / "values.yaml"
+        values.write_text(helm_on(node_cluster, "get", "values", "loft", "-n", NS, "-o", "yaml").stdout)
+        # Installed in `agents` before the old one goes: in between, a direct cluster with no agent at all
+        # rightly gets its agent installed again.
+        helm_on(
+            node_cluster,
+            *("install", "loft", str(CHART), "-n", "agents", "--create-namespace", "--values", str(values)),
+        )
+        eventually(lambda: len(ready_pods(ck, namespace="agents")) == 1, 60, "the moved agent pod Ready")
+        helm_on(node_cluster, "uninstall", "loft", "-n", NS, "--wait")
+        message = plat.wait_status("moved", "Failed", "InitializeCluster", timeout=90)
+        assert 'Helm release "loft" does not exist in namespace vcluster-platform, loft' in message, message
+        assert "the connected agent runs in namespace agents" in message, message
+        assert "loft" not in deployments(ck), "a second agent was installed in vcluster-platform"
+        assert helm_on(node_cluster, "status", "loft", "-n", NS, check=False).returncode != 0
+    finally:
+        disconnect(plat, node_cluster, ck, "moved", namespace="agents")
+        helm_on(node_cluster, "uninstall", "loft", "-n", NS, "--ignore-not-found", check=False)
+
+
 # -- item 8: vplane doctor cluster ---------------------------------------------------------------------------
 
 

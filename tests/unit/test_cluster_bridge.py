@@ -61,6 +61,12 @@ def test_missing_release_names_where_it_looked_and_where_the_agent_runs() -> Non
     assert "runs in namespace" not in br.missing_release_message(["vcluster-platform", "loft"], [])
 
 
+def test_agents_elsewhere_are_the_namespaces_not_searched() -> None:
+    """What keeps a direct cluster's moved agent from being installed a second time."""
+    assert br.agents_elsewhere(["vcluster-platform", "loft"], ["agents", "", "loft", "agents"]) == ["agents"]
+    assert br.agents_elsewhere(["vcluster-platform", "loft"], ["vcluster-platform"]) == []
+
+
 def test_the_agent_deployment_is_found_in_rendered_manifests() -> None:
     docs = [{"kind": "ServiceAccount", "metadata": {"name": "loft"}}, agent(), None]
     assert br.agent_deployment(yaml.safe_dump_all(docs))["metadata"]["name"] == "loft"

@@ -67,11 +67,16 @@ def release_namespaces(spec_namespace: str) -> list[str]:
     return [spec_namespace, *(ns for ns in LEGACY_NAMESPACES if ns != spec_namespace)]
 
 
+def agents_elsewhere(searched: Sequence[str], agent_namespaces: Sequence[str]) -> list[str]:
+    """The namespaces connected agents say they run in, besides those the release is looked for in."""
+    return sorted({ns for ns in agent_namespaces if ns and ns not in searched})
+
+
 def missing_release_message(searched: Sequence[str], agent_namespaces: Sequence[str]) -> str:
-    """Why a tunnel cluster's release cannot be upgraded: it is in none of the namespaces looked at."""
+    """Why a cluster's release cannot be upgraded: it is in none of the namespaces looked at."""
     where = ", ".join(searched)
     text = f'the agent\'s Helm release "{av.RELEASE_NAME}" does not exist in namespace {where}'
-    elsewhere = sorted({ns for ns in agent_namespaces if ns and ns not in searched})
+    elsewhere = agents_elsewhere(searched, agent_namespaces)
     if elsewhere:
         text += f"; the connected agent runs in namespace {', '.join(elsewhere)}"
     return text + (

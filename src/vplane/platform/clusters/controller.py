@@ -598,12 +598,13 @@ class ClusterController:
             )
         helm = self._helm(entry.kubeconfig)
         namespace, current = await self._find_release(helm, spec_namespace)
-        if current is None and mode is st.Mode.TUNNEL:
-            # The agent is connected (the pass got here through it), so its release is somewhere else:
-            # installing a second agent would not fix that (the runbook's "release does not exist" loop).
-            raise HelmError(
-                br.missing_release_message(br.release_namespaces(spec_namespace), agent_namespaces)
-            )
+        searched = br.release_namespaces(spec_namespace)
+        if current is None and (mode is st.Mode.TUNNEL or br.agents_elsewhere(searched, agent_namespaces)):
+            # The agent is connected (a tunnel pass got here through it; a direct cluster's agent says where
+            # it runs), so its release is somewhere else: installing a second agent would not fix that (the
+            # runbook's "release does not exist" loop). A direct cluster with no agent connected elsewhere
+            # gets its agent installed.
+            raise HelmError(br.missing_release_message(searched, agent_namespaces))
         if current is not None and current.status in br.PENDING:
             current = await self._recover_pending(name, helm, entry.client, namespace, current)
         action, why = av.release_action(current, desired, self.deps.version)
