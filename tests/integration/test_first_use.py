@@ -361,19 +361,53 @@ def test_a_restart_keeps_the_selected_context_and_debug_shows_library_logs(
     tmp_path: Path, kubectl_path: str
 ) -> None:
     """The user's `kubectl config use-context` survives a restart of `vplane up`; `--log-level debug`
-    shows the client library's request lines."""
-    first = UpProcess(tmp_path / "data", tmp_path / "vhome").start()
+    shows the client library's request lines.
+
+    A clean restart with `--listen 127.0.0.1:0` listens on the port of the first run again, so the tenants'
+    pods (whose template names the platform's URL) start again in place: no rollout of their StatefulSets,
+    which used to wait behind the restarted old pods, unable to reach the platform they name, for about 13 s
+    (until they gave up on the mesh and turned Ready). Both runs at one log level: the pods get it too, and
+    another level is another template (a rollout)."""
+    debug = ("--log-level", "debug")
+    first = UpProcess(tmp_path / "data", tmp_path / "vhome", global_args=debug).start()
     k = Kubectl(kubectl_path, first.kubeconfig, tmp_path / "cache")
+
+    def tenant_pods() -> dict[str, str]:
+        """The tenants' control-plane pods of the platform's cluster, by name: their UIDs."""
+        out = k.run(
+            "--context",
+            "vplane_host",
+            "get",
+            "pods",
+            "-A",
+            "-l",
+            "app=vcluster",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.metadata.uid} {end}",
+        ).stdout
+        return {name: uid for name, _, uid in (item.partition("=") for item in out.split())}
+
+    def platform_url() -> str:
+        return k.run(
+            "config", "view", "-o", "jsonpath={.clusters[?(@.name=='vplane_management')].cluster.server}"
+        ).stdout
+
     try:
         k.run("config", "use-context", "vplane_target_default")
+        url, pods = platform_url(), tenant_pods()
+        assert sorted(pods) == ["client-0", "target-0"]
     finally:
         first.stop()
-    second = UpProcess(tmp_path / "data", tmp_path / "vhome", global_args=("--log-level", "debug"))
+    second = UpProcess(tmp_path / "data", tmp_path / "vhome", global_args=debug)
     second.log_path = tmp_path / "second.log"
     try:
         second.start()
         assert k.run("config", "current-context").stdout.strip() == "vplane_target_default"
         assert "HTTP Request:" in second.log()
+        assert tenant_pods() == pods, (
+            "a clean restart replaced the tenants' pods (a rollout) instead of reusing them"
+        )
+        assert platform_url() == url
     finally:
         second.stop()
 

@@ -86,3 +86,20 @@ def test_the_embedded_cluster_keeps_its_port_across_runs_while_it_is_free(tmp_pa
     assert upcluster.recorded_listen(port_file) == f"127.0.0.1:{port}"  # free again: the same one
     port_file.write_text("garbage")
     assert upcluster.recorded_listen(port_file) == "127.0.0.1:0"
+
+
+def test_the_platform_port_is_reused_on_the_host_it_listens_on(tmp_path: Path) -> None:
+    """`vplane up --listen HOST:0` asks for the port of its last run on HOST while it is free (the tenants'
+    pod template names the platform's URL: a new port would roll them); 0 for anything unusable."""
+    port_file = tmp_path / "platform.port"
+    assert upcluster.recorded_port(port_file, "127.0.0.1") == 0
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        upcluster.record_listen(port_file, f"https://127.0.0.1:{port}")
+        assert upcluster.recorded_port(port_file, "127.0.0.1") == 0  # taken: any port
+    assert upcluster.recorded_port(port_file, "127.0.0.1") == port
+    for unusable in ("0", "-1", "65536", "garbage"):
+        port_file.write_text(unusable)
+        assert upcluster.recorded_port(port_file, "127.0.0.1") == 0

@@ -436,7 +436,12 @@ def connect(
     default=None,
     help="Where everything lives (default: $VPLANE_HOME/up, i.e. ~/.vplane/up).",
 )
-@click.option("--listen", default="127.0.0.1:10443", show_default=True, help="The platform's HOST:PORT.")
+@click.option(
+    "--listen",
+    default="127.0.0.1:10443",
+    show_default=True,
+    help="The platform's HOST:PORT. Port 0: a free port, the same one on the next run while it is free.",
+)
 @click.option(
     "--set", "overrides", multiple=True, metavar="NAME=VALUE", help="Override a PlatformSettings field."
 )

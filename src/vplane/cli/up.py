@@ -15,6 +15,11 @@ It also starts one embedded cluster (``vplane cluster start``, default name ``ed
 operator would (``vplane platform connect cluster``), in the background (``vplane.cli.upcluster``): its
 context ``vplane_<name>`` joins the kubeconfig once its API serves, and its Cluster phase is printed once
 ``Initialized``. ``--no-connected-cluster`` skips it.
+
+``--listen HOST:0`` picks a free port once: the next ``vplane up`` of the data directory listens on the same
+one while it is free (``platform.port``). The tenants' pod template names the platform's URL, so a new port
+would make every restart a rollout of their StatefulSets, which ``OrderedReady`` holds behind the restarted
+old pods until they turn Ready, unable to reach the platform they name, after ``mesh_ready_timeout_seconds``.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ class Up:
         connected_cluster: str | None = upcluster.DEFAULT_NAME,
         cluster_overrides: tuple[str, ...] = (),
     ) -> None:
+        self.port_file = data_dir / "platform.port"
+        if port == 0:
+            port = upcluster.recorded_port(self.port_file, host)
         settings = build_settings(
             PlatformSettings,
             {
@@ -83,6 +91,7 @@ class Up:
     async def start(self) -> None:
         platform = self.platform
         await platform.start()
+        upcluster.record_listen(self.port_file, platform.url)
         client = platform.client
         assert client is not None
         if self.edge is not None:

@@ -108,19 +108,30 @@ def recorded_listen(port_file: Path) -> str:
     """The address to start the embedded cluster on: the port of its last run while that port is free, so
     pods adopted across a restart of ``vplane up`` (its agent among them, whose in-cluster address names
     that port) still reach it; any free port otherwise."""
+    return f"127.0.0.1:{recorded_port(port_file)}"
+
+
+def recorded_port(port_file: Path, host: str = "127.0.0.1") -> int:
+    """The port recorded in ``port_file`` (:func:`record_listen`) while it is free on ``host``, else 0 (any
+    free port)."""
     import socket
 
     try:
         port = int(port_file.read_text().strip())
+        if not 0 < port < 65536:
+            return 0
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
     except (OSError, ValueError):
-        return "127.0.0.1:0"
-    with socket.socket() as probe:
+        return 0
+    with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind(("127.0.0.1", port))
+            probe.bind(address)
         except OSError:
-            return "127.0.0.1:0"
-    return f"127.0.0.1:{port}"
+            return 0
+    return port
 
 
 def record_listen(port_file: Path, server: str) -> None:
