@@ -64,6 +64,9 @@ def measured(url: str, token: str, duration: int, pids: dict[str, int]) -> dict[
     result = wrk(url, token, duration, 16)
     wrk_cpu = children_seconds() - wrk_before
     after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    if result["errors"] or not result["rps"]:
+        # A window of error answers measures the cost of refusing, not of serving: nothing to compare.
+        raise SystemExit(f"{url}: {result['errors']:.0f} non-2xx answers, {result['rps']} req/s")
     requests = result["rps"] * duration
     row = {"rps": result["rps"], "wrk": 1e6 * wrk_cpu / requests}
     row.update({name: 1e6 * (after[name] - before[name]) / requests for name in pids})

@@ -132,3 +132,5 @@ def test_helm_errors_that_say_the_release_is_not_there() -> None:
         "UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress"
     )
     assert not rc.helm_says_missing("Kubernetes cluster unreachable: context deadline exceeded")
+    assert not rc.helm_says_missing('create: failed to create: namespaces "agents" not found')
+    assert not rc.helm_says_missing('resource mapping not found for name: "loft" namespace: ""')

@@ -14,6 +14,7 @@ reason the request met (spec §7: the first request reason wins).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -301,11 +302,16 @@ class ResourceProxy:
         return web.Response(status=status, body=body, headers=headers)
 
     async def _discovery_answer(
-        self, method: str, path_qs: str, headers: CIMultiDict[str], outcome: Outcome
+        self,
+        method: str,
+        path_qs: str,
+        headers: CIMultiDict[str],
+        outcome: Outcome,
+        budget: float | None = None,
     ) -> tuple[int, bytes, CIMultiDict[str]]:
         """The target's discovery document while it answers, else the fallback (always 200, spec §5)."""
         try:
-            async with Deadline(self.settings.discovery_timeout_seconds):
+            async with Deadline(budget if budget is not None else self.settings.discovery_timeout_seconds):
                 upstream = await self._send(method, path_qs, headers, None, outcome)
                 async with upstream:
                     status = upstream.status
@@ -343,7 +349,16 @@ class ResourceProxy:
         if not (self.serves(path) or path == "/openapi/v3" or path.split("?", 1)[0] == openapi):
             return 404, b""
         if discovery.is_discovery(path, self.target):
-            status, body, _ = await self._discovery_answer("GET", path, headers, outcome)
+            # The API server checks the APIService as soon as the leader registers it, which can be before
+            # this replica's first peer list: answered then, the check is a certain `no_peer` fallback in the
+            # metrics of a cluster nobody has used yet. It waits for the list within the discovery budget.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.settings.discovery_timeout_seconds
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await self.first_list.wait()
+            remaining = max(deadline - loop.time(), 0.001)
+            status, body, _ = await self._discovery_answer("GET", path, headers, outcome, remaining)
             self._count(outcome, "get", status)
             return status, body
         try:

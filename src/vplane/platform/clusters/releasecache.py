@@ -52,7 +52,12 @@ def helm_says_missing(error: str) -> bool:
     """Whether a helm error (or the platform's own release error) says the release is not there:
     helm's ``release: not found``, ``has no deployed releases``, the platform's ``does not exist``."""
     text = error.lower()
-    return any(words in text for words in ("not found", "does not exist", "no deployed releases"))
+    # Not any "not found": a missing namespace, kube context or resource mapping says nothing of where the
+    # release is.
+    return any(
+        words in text
+        for words in ("release: not found", "does not exist in namespace", "no deployed releases")
+    )
 
 
 NOT_LOOKED_FOR = "not looked for yet"

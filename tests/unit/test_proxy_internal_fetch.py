@@ -1,0 +1,73 @@
+"""The API server's own discovery check of a proxied group/version (``ResourceProxy.fetch``) waits for the
+replica's first peer list within the discovery budget, so a check made right after the APIService is
+registered reads the target instead of counting a ``no_peer`` fallback; with no list in time, it falls back
+as before once the budget is spent."""
+
+from __future__ import annotations
+
+import asyncio
+
+from test_proxy_upstream import FakeTarget, ok
+
+from vplane.kube.proxyconfig import ProxyTarget
+from vplane.proxy.handler import ProxySettings, ResourceProxy
+from vplane.proxy.metrics import ProxyMetrics
+from vplane.proxy.peers import Host
+
+TARGET = ProxyTarget("example.com", "v1", "target", "default", "owned", ("myresources",))
+PEER = Host(peer_id="n-t0", name="target-0", key="n-t0|1|127.0.0.1:1")
+LIVE = (
+    b'{"kind":"APIResourceList","groupVersion":"example.com/v1","resources":[{"name":"myresources",'
+    b'"singularName":"myresource","namespaced":true,"kind":"MyResource","verbs":["get","list"]}]}'
+)
+
+
+def make(target: FakeTarget, budget: float) -> tuple[ResourceProxy, ProxyMetrics]:
+    async def namespace_exists(namespace: str) -> bool:
+        return True
+
+    metrics = ProxyMetrics(list)
+    proxy = ResourceProxy(
+        TARGET,
+        client_name="client",
+        client_project="default",
+        access_key=lambda: "k" * 64,
+        dial=target.dial,
+        namespace_exists=namespace_exists,
+        metrics=metrics,
+        settings=ProxySettings(discovery_timeout_seconds=budget),
+    )
+    return proxy, metrics
+
+
+def fallbacks(metrics: ProxyMetrics) -> str:
+    return "\n".join(
+        line
+        for line in metrics.render().decode().splitlines()
+        if line.startswith("vcluster_proxy_discovery_fallbacks_total{")
+    )
+
+
+async def test_the_check_waits_for_the_first_peer_list() -> None:
+    target = FakeTarget(ok(LIVE, "Content-Type: application/json"))
+    proxy, metrics = make(target, budget=5.0)
+    check = asyncio.create_task(proxy.fetch("/apis/example.com/v1"))
+    await asyncio.sleep(0.05)
+    assert not check.done()  # no peer list yet: waiting, not answered with the fallback
+    proxy.publish([PEER])
+    status, body = await check
+    assert (status, body) == (200, LIVE)
+    assert target.dials == 1
+    assert fallbacks(metrics) == ""
+
+
+async def test_without_a_peer_list_the_check_falls_back_once_the_budget_is_spent() -> None:
+    target = FakeTarget()
+    proxy, metrics = make(target, budget=0.2)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    status, body = await proxy.fetch("/apis/example.com/v1")
+    assert loop.time() - started >= 0.19  # the budget was waited out, not skipped
+    assert status == 200 and b"myresources" in body  # the synthetic document
+    assert target.dials == 0
+    assert 'reason="no_peer"' in fallbacks(metrics)
