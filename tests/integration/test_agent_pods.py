@@ -589,6 +589,20 @@ def test_agent_moved_by_hand_is_noticed_before_the_recheck_period(
         e.stop()
 
 
+HOLD = '{"metadata":{"finalizers":["vplane.test/hold"]}}'
+UNHOLD = '{"metadata":{"finalizers":null}}'
+
+
+def waited_for_uninstall(e: Env, cluster: str) -> bool:
+    """The platform's log says a pass saw the release uninstalling and waited."""
+    return any(
+        "waiting before recovering it" in line
+        and f"cluster={cluster} " in line
+        and "status=uninstalling" in line
+        for line in platform_log(e).splitlines()
+    )
+
+
 @pytest.mark.timeout(300)
 def test_a_direct_clusters_agent_moved_by_hand_is_not_installed_twice(
     tmp_path: Path, plat: Env, node_cluster: NodeCluster, ck: Kubectl
@@ -612,8 +626,33 @@ def test_a_direct_clusters_agent_moved_by_hand_is_not_installed_twice(
             *("install", "loft", str(CHART), "-n", "agents", "--create-namespace", "--values", str(values)),
         )
         eventually(lambda: len(ready_pods(ck, namespace="agents")) == 1, 60, "the moved agent pod Ready")
-        helm_on(node_cluster, "uninstall", "loft", "-n", NS, "--wait")
+        # A finalizer holds the uninstall in `uninstalling` after the old agent's pod is gone, the window in
+        # which a pass used to "upgrade" the release being uninstalled (a second agent, the status flipping
+        # back to Initialized): the platform waits it out instead.
+        ck.run("patch", "serviceaccount", "loft", "-n", NS, "--type=merge", "-p", HOLD)
+        uninstall = subprocess.Popen(
+            [
+                str(HELM),
+                "--kubeconfig",
+                str(node_cluster.kubeconfig),
+                "uninstall",
+                "loft",
+                "-n",
+                NS,
+                "--wait",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            eventually(
+                lambda: waited_for_uninstall(plat, "moved"), 60, "the platform waiting out the uninstall"
+            )
+        finally:
+            ck.run("patch", "serviceaccount", "loft", "-n", NS, "--type=merge", "-p", UNHOLD, check=False)
+            uninstall.wait(timeout=60)
         message = plat.wait_status("moved", "Failed", "InitializeCluster", timeout=90)
+        assert "the agent release is uninstalling" not in platform_log(plat)
         assert 'Helm release "loft" does not exist in namespace vcluster-platform, loft' in message, message
         assert "the connected agent runs in namespace agents" in message, message
         assert "loft" not in deployments(ck), "a second agent was installed in vcluster-platform"

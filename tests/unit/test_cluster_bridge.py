@@ -187,3 +187,12 @@ def test_a_stuck_pending_release_is_rolled_back_or_forgotten() -> None:
     assert br.pending_recovery(install, 600, 600) == ("forget", 1)
     after_failures = [br.Revision(1, "failed", "c"), br.Revision(2, "pending-upgrade", "c")]
     assert br.pending_recovery(after_failures, 600, 600) == ("forget", 2)
+
+
+def test_an_uninstall_in_progress_is_waited_for_then_finished() -> None:
+    """A release someone is uninstalling is not written meanwhile (the write would race the uninstall);
+    one cut short is finished once stuck."""
+    history = [br.Revision(1, "superseded", "c"), br.Revision(2, br.UNINSTALLING, "c")]
+    assert br.UNINSTALLING in br.IN_PROGRESS
+    assert br.pending_recovery(history, 10, 600) == ("wait", None)
+    assert br.pending_recovery(history, 600, 600) == ("uninstall", None)

@@ -221,6 +221,12 @@ def waiting_outcome(waited: float, timeout: float, problem: str, namespace: str)
 # -- a release stuck in a pending state ---------------------------------------------------------------
 
 PENDING = frozenset({"pending-install", "pending-upgrade", "pending-rollback"})
+UNINSTALLING = "uninstalling"
+"""Someone runs ``helm uninstall`` (or one was cut short): writing the release meanwhile would race the
+uninstall, which then purges the new revision's record and leaves its objects behind or half-deleted."""
+UNINSTALLED = "uninstalled"
+"""What ``helm uninstall --keep-history`` leaves: the release is gone, only its history stays."""
+IN_PROGRESS = PENDING | {UNINSTALLING}
 
 
 @dataclass(frozen=True)
@@ -233,19 +239,22 @@ class Revision:
     description: str = ""
 
 
-Recovery = Literal["wait", "rollback", "forget"]
+Recovery = Literal["wait", "rollback", "forget", "uninstall"]
 
 
 def pending_recovery(
     history: Sequence[Revision], pending_for: float, stuck_after: float
 ) -> tuple[Recovery, int | None]:
-    """What to do with a release whose last operation is still pending: wait while it may be running
+    """What to do with a release whose last operation is still in progress: wait while it may be running
     (another helm, another platform replica), then roll back to the last good revision (the runbook's
     resolution for a stuck pending-upgrade), or, with none to roll back to (an interrupted install),
-    forget the pending record so the next install adopts what it left."""
+    forget the pending record so the next install adopts what it left. A stuck uninstall is finished, as
+    whoever started it meant: what follows it is decided as for a release that is not there."""
     if pending_for < stuck_after:
         return "wait", None
     latest = max(history, key=lambda r: r.revision) if history else None
+    if latest is not None and latest.status == UNINSTALLING:
+        return "uninstall", None
     good = [
         r.revision
         for r in history

@@ -598,6 +598,8 @@ class ClusterController:
             )
         helm = self._helm(entry.kubeconfig)
         namespace, current = await self._find_release(helm, spec_namespace)
+        if current is not None and current.status in br.IN_PROGRESS:
+            current = await self._recover_pending(name, helm, entry.client, namespace, current)
         searched = br.release_namespaces(spec_namespace)
         if current is None and (mode is st.Mode.TUNNEL or br.agents_elsewhere(searched, agent_namespaces)):
             # The agent is connected (a tunnel pass got here through it; a direct cluster's agent says where
@@ -605,8 +607,6 @@ class ClusterController:
             # runbook's "release does not exist" loop). A direct cluster with no agent connected elsewhere
             # gets its agent installed.
             raise HelmError(br.missing_release_message(searched, agent_namespaces))
-        if current is not None and current.status in br.PENDING:
-            current = await self._recover_pending(name, helm, entry.client, namespace, current)
         action, why = av.release_action(current, desired, self.deps.version)
         change = ReleaseChange(
             cluster=name,
@@ -659,7 +659,7 @@ class ClusterController:
     async def _find_release(self, helm: Helm, spec_namespace: str) -> tuple[str, av.Release | None]:
         for namespace in br.release_namespaces(spec_namespace):
             current = await helm.release(namespace)
-            if current is not None:
+            if current is not None and current.status != br.UNINSTALLED:
                 if namespace != spec_namespace:
                     log.info(
                         "the agent release is in a default namespace, not spec.managementNamespace",
@@ -672,9 +672,10 @@ class ClusterController:
     async def _recover_pending(
         self, name: str, helm: Helm, client: KubeClient, namespace: str, current: av.Release
     ) -> av.Release | None:
-        """A release whose last operation is pending: wait while it may still run (another helm, another
-        replica), then roll back to the last good revision, or forget an interrupted install's record
-        (the next install adopts what it left). Raises :class:`ReleasePending` while waiting."""
+        """A release whose last operation is pending or uninstalling: wait while it may still run (another
+        helm, another replica), then roll back to the last good revision, forget an interrupted install's
+        record (the next install adopts what it left), or finish a cut-short uninstall. Raises
+        :class:`ReleasePending` while waiting."""
         seen_key = (name, namespace, current.revision)
         first_seen = self._pending_seen.setdefault(seen_key, time.monotonic())
         pending_for = time.monotonic() - first_seen
@@ -702,6 +703,19 @@ class ClusterController:
                 to_revision=revision,
             )
             await helm.rollback(namespace, revision)
+        elif recovery == "uninstall":
+            log.warning(
+                "the agent release's uninstall is stuck; finishing it",
+                cluster=name,
+                namespace=namespace,
+                revision=current.revision,
+            )
+            try:
+                await helm.uninstall(namespace)
+            except HelmError as exc:
+                # "not found" means whoever started it finished it meanwhile: done either way.
+                if not rc.helm_says_missing(str(exc)):
+                    raise
         elif revision is not None:
             record = f"sh.helm.release.v1.{av.RELEASE_NAME}.v{revision}"
             log.warning(
@@ -714,7 +728,8 @@ class ClusterController:
             with contextlib.suppress(errors.StatusError):
                 await client.delete(SECRETS, record, namespace=namespace)
         self._pending_seen.pop(seen_key, None)
-        return await helm.release(namespace)
+        after = await helm.release(namespace)
+        return None if after is None or after.status == br.UNINSTALLED else after
 
     async def _write(self, cluster: Obj, outcome: st.Outcome, online: bool | None) -> bool:
         """Write the pass's outcome on the Cluster as it was read at the pass's start (its resourceVersion is

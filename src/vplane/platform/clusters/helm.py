@@ -157,6 +157,17 @@ class Helm:
             f"{int(self.timeout_seconds)}s",
         )
 
+    async def uninstall(self, namespace: str, name: str = RELEASE_NAME) -> None:
+        await self.run(
+            "uninstall",
+            name,
+            "--namespace",
+            namespace,
+            "--wait",
+            "--timeout",
+            f"{int(self.timeout_seconds)}s",
+        )
+
     async def template(
         self, chart: Path, namespace: str, values: dict[str, Any], name: str = RELEASE_NAME
     ) -> str:
