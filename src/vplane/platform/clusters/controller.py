@@ -680,6 +680,9 @@ class ClusterController:
         first_seen = self._pending_seen.setdefault(seen_key, time.monotonic())
         pending_for = time.monotonic() - first_seen
         history = await helm.history(namespace)
+        if not history:  # the operation finished and removed the release since the pass found it
+            self._pending_seen.pop(seen_key, None)
+            return None
         recovery, revision = br.pending_recovery(
             history, pending_for, self.settings.agent_release_stuck_seconds
         )

@@ -22,6 +22,7 @@ import yaml
 
 import vplane
 from vplane.platform.clusters.bridge import Revision
+from vplane.platform.clusters.releasecache import helm_says_missing
 from vplane.platform.clusters.values import RELEASE_NAME, Release
 from vplane.support.files import write_private
 
@@ -123,9 +124,14 @@ class Helm:
         entry = next((r for r in listed or [] if r.get("name") == name), None)
         if entry is None:
             return None
-        values = orjson.loads(
-            await self.run("get", "values", name, "--namespace", namespace, "--output", "json")
-        )
+        try:
+            values = orjson.loads(
+                await self.run("get", "values", name, "--namespace", namespace, "--output", "json")
+            )
+        except HelmError as exc:
+            if helm_says_missing(str(exc)):
+                return None  # uninstalled between the two calls (a `helm uninstall` finishing)
+            raise
         return Release(
             revision=int(entry.get("revision") or 0),
             status=str(entry.get("status") or ""),
@@ -134,7 +140,14 @@ class Helm:
         )
 
     async def history(self, namespace: str, name: str = RELEASE_NAME) -> list[Revision]:
-        listed = orjson.loads(await self.run("history", name, "--namespace", namespace, "--output", "json"))
+        try:
+            listed = orjson.loads(
+                await self.run("history", name, "--namespace", namespace, "--output", "json")
+            )
+        except HelmError as exc:
+            if helm_says_missing(str(exc)):
+                return []  # no release (any more): no history
+            raise
         return [
             Revision(
                 revision=int(r.get("revision") or 0),
