@@ -1,5 +1,6 @@
-"""The helm runner's reads when the release goes away between two helm calls (a `helm uninstall` finishing
-while a platform pass looks at it): no release, not an error that would be written on the Cluster."""
+"""The helm runner's reads of a release that is going or gone: a `helm uninstall` finishing between two helm
+calls of a platform pass, or one that kept the release's history. Neither is a release; other errors are
+still errors."""
 
 from __future__ import annotations
 
@@ -10,18 +11,22 @@ import pytest
 
 from vplane.platform.clusters.helm import Helm, HelmError
 
-LISTED = '[{"name":"loft","revision":"3","status":"uninstalling","chart":"vcluster-platform-1.0.0"}]'
 
-
-def fake_helm(tmp_path: Path, get_values_error: str, history_error: str) -> Helm:
-    """A helm that lists the release, then fails ``get values`` and ``history`` with the given errors."""
+def fake_helm(tmp_path: Path, status: str, get_values: str) -> Helm:
+    """A helm that lists the release with ``status``, then answers ``get values`` with ``get_values`` (an
+    ``Error: ...`` line fails it) and ``history`` with helm's missing-release error."""
+    listed = f'[{{"name":"loft","revision":"3","status":"{status}","chart":"vcluster-platform-1.0.0"}}]'
     script = tmp_path / "helm"
     script.write_text(
         "#!/bin/sh\n"
         'case "$1" in\n'
-        f"  list) echo '{LISTED}' ;;\n"
-        f"  get) echo 'Error: {get_values_error}' >&2; exit 1 ;;\n"
-        f"  history) echo 'Error: {history_error}' >&2; exit 1 ;;\n"
+        f"  list) echo '{listed}' ;;\n"
+        + (
+            f"  get) echo '{get_values}' >&2; exit 1 ;;\n"
+            if get_values.startswith("Error:")
+            else f"  get) echo '{get_values}' ;;\n"
+        )
+        + "  history) echo 'Error: release: not found' >&2; exit 1 ;;\n"
         "esac\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
@@ -29,14 +34,20 @@ def fake_helm(tmp_path: Path, get_values_error: str, history_error: str) -> Helm
 
 
 async def test_a_release_gone_between_list_and_values_reads_as_none(tmp_path: Path) -> None:
-    helm = fake_helm(tmp_path, "release: not found", "release: not found")
+    helm = fake_helm(tmp_path, "uninstalling", "Error: release: not found")
     assert await helm.release("vcluster-platform") is None
-    assert await helm.history("vcluster-platform") == []
+
+
+async def test_a_release_kept_as_history_reads_as_none(tmp_path: Path) -> None:
+    helm = fake_helm(tmp_path, "uninstalled", "{}")
+    assert await helm.release("vcluster-platform") is None
+    assert await fake_helm(tmp_path, "deployed", "{}").release("vcluster-platform") is not None
 
 
 async def test_other_errors_still_raise(tmp_path: Path) -> None:
-    helm = fake_helm(tmp_path, "Kubernetes cluster unreachable", 'namespaces "x" not found')
+    helm = fake_helm(tmp_path, "deployed", "Error: Kubernetes cluster unreachable")
     with pytest.raises(HelmError, match="Kubernetes cluster unreachable"):
         await helm.release("vcluster-platform")
-    with pytest.raises(HelmError, match='namespaces "x" not found'):
+    # history reports a missing release as helm does (vplane doctor cluster prints it)
+    with pytest.raises(HelmError, match="release: not found"):
         await helm.history("vcluster-platform")

@@ -659,7 +659,7 @@ class ClusterController:
     async def _find_release(self, helm: Helm, spec_namespace: str) -> tuple[str, av.Release | None]:
         for namespace in br.release_namespaces(spec_namespace):
             current = await helm.release(namespace)
-            if current is not None and current.status != br.UNINSTALLED:
+            if current is not None:
                 if namespace != spec_namespace:
                     log.info(
                         "the agent release is in a default namespace, not spec.managementNamespace",
@@ -679,9 +679,12 @@ class ClusterController:
         seen_key = (name, namespace, current.revision)
         first_seen = self._pending_seen.setdefault(seen_key, time.monotonic())
         pending_for = time.monotonic() - first_seen
-        history = await helm.history(namespace)
-        if not history:  # the operation finished and removed the release since the pass found it
-            self._pending_seen.pop(seen_key, None)
+        try:
+            history = await helm.history(namespace)
+        except HelmError as exc:
+            if not rc.helm_says_missing(str(exc)):
+                raise
+            self._pending_seen.pop(seen_key, None)  # the operation finished and removed the release
             return None
         recovery, revision = br.pending_recovery(
             history, pending_for, self.settings.agent_release_stuck_seconds
@@ -713,12 +716,7 @@ class ClusterController:
                 namespace=namespace,
                 revision=current.revision,
             )
-            try:
-                await helm.uninstall(namespace)
-            except HelmError as exc:
-                # "not found" means whoever started it finished it meanwhile: done either way.
-                if not rc.helm_says_missing(str(exc)):
-                    raise
+            await helm.uninstall(namespace)
         elif revision is not None:
             record = f"sh.helm.release.v1.{av.RELEASE_NAME}.v{revision}"
             log.warning(
@@ -731,8 +729,7 @@ class ClusterController:
             with contextlib.suppress(errors.StatusError):
                 await client.delete(SECRETS, record, namespace=namespace)
         self._pending_seen.pop(seen_key, None)
-        after = await helm.release(namespace)
-        return None if after is None or after.status == br.UNINSTALLED else after
+        return await helm.release(namespace)
 
     async def _write(self, cluster: Obj, outcome: st.Outcome, online: bool | None) -> bool:
         """Write the pass's outcome on the Cluster as it was read at the pass's start (its resourceVersion is

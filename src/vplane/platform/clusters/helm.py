@@ -21,7 +21,7 @@ import orjson
 import yaml
 
 import vplane
-from vplane.platform.clusters.bridge import Revision
+from vplane.platform.clusters.bridge import UNINSTALLED, Revision
 from vplane.platform.clusters.releasecache import helm_says_missing
 from vplane.platform.clusters.values import RELEASE_NAME, Release
 from vplane.support.files import write_private
@@ -122,8 +122,8 @@ class Helm:
             )
         )
         entry = next((r for r in listed or [] if r.get("name") == name), None)
-        if entry is None:
-            return None
+        if entry is None or entry.get("status") == UNINSTALLED:
+            return None  # an uninstalled release kept as history (`--keep-history`) is no release
         try:
             values = orjson.loads(
                 await self.run("get", "values", name, "--namespace", namespace, "--output", "json")
@@ -140,14 +140,7 @@ class Helm:
         )
 
     async def history(self, namespace: str, name: str = RELEASE_NAME) -> list[Revision]:
-        try:
-            listed = orjson.loads(
-                await self.run("history", name, "--namespace", namespace, "--output", "json")
-            )
-        except HelmError as exc:
-            if helm_says_missing(str(exc)):
-                return []  # no release (any more): no history
-            raise
+        listed = orjson.loads(await self.run("history", name, "--namespace", namespace, "--output", "json"))
         return [
             Revision(
                 revision=int(r.get("revision") or 0),
@@ -177,6 +170,7 @@ class Helm:
             "--namespace",
             namespace,
             "--wait",
+            "--ignore-not-found",  # whoever started the uninstall may finish it first: done either way
             "--timeout",
             f"{int(self.timeout_seconds)}s",
         )
