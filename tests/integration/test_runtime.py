@@ -995,6 +995,51 @@ def test_two_pods_bind_the_same_port_and_a_service_reaches_them(
     assert answers == {"web-1", "web-2"}
 
 
+def test_python_servers_that_bind_every_address_get_their_pods_own(
+    cluster: Cluster, k: Kubectl, ns: str
+) -> None:
+    """`python -m http.server` binds every address: on one machine its second replica would find the port
+    taken. The python image's programs bind their pod's address instead, and reach a Service by name."""
+    probe = {"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}
+    for name in ("serve-1", "serve-2"):
+        server = pod(
+            name,
+            ["python", "-m", "http.server", "8080"],
+            image="python:3.11",
+            labels={"app": "serve"},
+            container_fields=probe,
+        )
+        apply(k, ns, server)
+    for name in ("serve-1", "serve-2"):
+        wait_status(k, ns, name, "Running", "1/1")
+    for name in ("serve-1", "serve-2"):
+        ip = pod_json(k, ns, name)["status"]["podIP"]
+        assert "Directory listing" in _get(f"http://{ip}:8080/")
+        assert pod_json(k, ns, name)["status"]["containerStatuses"][0]["restartCount"] == 0
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "serve"},
+        "spec": {"selector": {"app": "serve"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    apply(k, ns, json.dumps(service))
+    fetch = "import urllib.request; print(urllib.request.urlopen('http://serve/', timeout=5).status)"
+    client = 'until python -c "$FETCH"; do sleep 0.5; done'  # until the Endpoints name a ready pod
+    apply(
+        k,
+        ns,
+        pod(
+            "fetch",
+            client,
+            image="python:3.11",
+            restartPolicy="Never",
+            container_fields={"env": [{"name": "FETCH", "value": fetch}]},
+        ),
+    )
+    wait_status(k, ns, "fetch", "Completed", "0/1")
+    assert k.run("logs", "fetch", "-n", ns).out.strip().splitlines()[-1] == "200"
+
+
 def _answers(url: str, count: int) -> set[str] | None:
     try:
         found = {_get(url) for _ in range(count)}
@@ -1069,7 +1114,6 @@ def test_a_pods_environment_volumes_and_service_names(cluster: Cluster, k: Kubec
         "print('service', e['BACKEND_SERVICE_HOST'], e['BACKEND_SERVICE_PORT_HTTP'], e['KUBERNETES_SERVICE_HOST'])\n"
         "config.load_kube_config()\n"
         "print('in-cluster', [c.metadata.name for c in client.CoreV1Api().list_namespaced_config_map(e['NS']).items if c.metadata.name == 'settings'])\n"
-        "import vplane.runtime.resolver as r; r.install()\n"
         "print('resolved', socket.gethostbyname('backend'), socket.gethostbyname('backend.' + e['NS'] + '.svc.cluster.local'))\n"
         "print('cwd', os.getcwd() == str(root))\n"
     )

@@ -157,6 +157,10 @@ class PulledImage:
         return os.pathsep.join([*self.entry.path, self.entry.env.get("PATH", DEFAULT_PATH)])
 
 
+PYSITE = str(Path(__file__).resolve().parent / "pysite")
+"""The directory whose ``sitecustomize`` the python image runs first."""
+
+
 def builtin_entries(vplane_image: str, python: str = sys.executable) -> list[ImageEntry]:
     shell = ImageEntry(name="", cmd=("sh",), env={"PATH": DEFAULT_PATH}, requires=("sh",))
     vplane_env = {"PATH": DEFAULT_PATH}
@@ -164,6 +168,12 @@ def builtin_entries(vplane_image: str, python: str = sys.executable) -> list[Ima
         # A development install (and the tests) runs vplane from a source tree named by PYTHONPATH.
         vplane_env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     vplane_cmd = (python, "-m", "vplane.cli.main")
+    # The python image's programs start with the pod's network view (vplane.runtime.podbind), and a shell
+    # in it finds `python` and `python3` (this interpreter's directory first on PATH) as in the real image.
+    python_env = {
+        "PATH": os.pathsep.join((str(Path(python).parent), DEFAULT_PATH)),
+        "PYTHONPATH": os.pathsep.join(filter(None, (PYSITE, vplane_env.get("PYTHONPATH")))),
+    }
     return [
         ImageEntry(
             name=normalize_name(vplane_image),
@@ -184,7 +194,7 @@ def builtin_entries(vplane_image: str, python: str = sys.executable) -> list[Ima
         ImageEntry(
             name=normalize_name("python"),
             cmd=("python3",),
-            env=vplane_env,
+            env=python_env,
             requires=(python,),
             aliases={"python": (python,), "python3": (python,)},
         ),

@@ -28,7 +28,7 @@ import structlog
 from vplane.controllers.client import TransportError
 from vplane.kube.errors import StatusError
 from vplane.kube.objects import Obj
-from vplane.runtime import images, probes
+from vplane.runtime import images, podbind, probes
 from vplane.runtime.containers import ContainerProcess, ExitStatus
 from vplane.runtime.status import (
     ContainerState,
@@ -649,6 +649,8 @@ class PodWorker:
             "VPLANE_POD_DIR": str(self.dir),
             "VPLANE_NODE_ROOT": str(self.rt.settings.data_dir),
         }
+        if not self.spec.get("hostNetwork"):
+            extras[podbind.BIND_ENV] = self.ip  # the python image's wildcard binds (vplane.runtime.podbind)
         if self.volumes.kubeconfig is not None:
             extras["KUBECONFIG"] = str(self.volumes.kubeconfig)
         extras.update(self.volumes.container_mounts(container, root))

@@ -17,8 +17,13 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
-from typing import Any
+
+from vplane.runtime.importhook import after_import
+
+TYPE_CHECKING = False  # not typing's: importing typing costs a pod's programs about 7 ms (importhook)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 HOSTS_ENV = "VPLANE_HOSTS_FILE"
 SEARCH_ENV = "VPLANE_DNS_SEARCH"
@@ -122,11 +127,14 @@ def install(path: str | None = None, search: str | None = None) -> bool:
     socket.getaddrinfo = getaddrinfo
     socket.gethostbyname = gethostbyname
     # asyncio's loop looks ``socket.getaddrinfo`` up at call time (in its executor); uvloop resolves with
-    # libuv, so its Python-level Loop class gets a wrapper too.
-    try:
-        import uvloop
-    except ImportError:
-        return True
+    # libuv, so its Python-level Loop class gets a wrapper too, once something imports it.
+    after_import("uvloop", lambda: _patch_uvloop(table))
+    return True
+
+
+def _patch_uvloop(table: HostsTable) -> None:
+    import uvloop
+
     original = uvloop.Loop.getaddrinfo
 
     async def loop_getaddrinfo(
@@ -140,4 +148,3 @@ def install(path: str | None = None, search: str | None = None) -> bool:
         return await original(self, host, port, family=family, type=type, proto=proto, flags=flags)
 
     uvloop.Loop.getaddrinfo = loop_getaddrinfo  # type: ignore[method-assign]
-    return True
