@@ -257,6 +257,25 @@ def wait_status(
     return wait_until(check, f"pod {name} {ready or ''} {status}; last row {row(k, ns, name)}", within)  # type: ignore[no-any-return]
 
 
+def _watch_for(k: Kubectl, ns: str, name: str, status: str, within: float = 30) -> None:
+    """Until ``kubectl get pod -w`` prints ``status`` for the pod (a state shown only briefly)."""
+    watch = k.popen("get", "pod", name, "-n", ns, "-w", "--no-headers")
+    seen: list[str] = []
+    timer = threading.Timer(within, watch.kill)
+    timer.start()
+    try:
+        assert watch.stdout is not None
+        for line in watch.stdout:
+            seen.append(line.strip())
+            if status in line.split():
+                return
+    finally:
+        timer.cancel()
+        watch.kill()
+        watch.communicate()
+    raise AssertionError(f"not within {within}s: pod {name} {status}; watched {seen}")
+
+
 def pod_json(k: Kubectl, ns: str, name: str) -> dict[str, Any]:
     return json.loads(k.run("get", "pod", name, "-n", ns, "-o", "json").out)  # type: ignore[no-any-return]
 
@@ -369,7 +388,9 @@ def test_every_status_column_as_kubectl_prints_it(
     # how long the rows above took to appear).
     restarts = wait_status(kk, ns, "crashloop", "CrashLoopBackOff", "0/1")[2]
     assert re.fullmatch(r"[1-9][0-9]* \([0-9]+[smh]([0-9]+s)? ago\)", restarts), restarts
-    wait_status(kk, ns, "pullerr", "ErrImagePull")
+    # ErrImagePull shows between a failed pull and the next sync (half a second here, every back-off):
+    # watched rather than polled, which can keep missing it when each poll takes about one cycle.
+    _watch_for(kk, ns, "pullerr", "ErrImagePull")
     wait_status(kk, ns, "pullerr", "ImagePullBackOff")
     assert wait_status(kk, ns, "initwait", "Init:0/1", "0/1")
     assert wait_status(kk, ns, "initerr", "Init:Error", "0/1")
@@ -1189,6 +1210,103 @@ def test_kubectl_run_with_the_curl_image(cluster: Cluster, k: Kubectl, ns: str) 
     )
     wait_status(k, ns, "curl-test", "Error")
     assert "Failed to connect to 127.0.0.1 port 1" in k.run("logs", "curl-test", "-n", ns).out
+
+
+def test_kubectl_debug_runs_an_ephemeral_container_once(cluster: Cluster, k: Kubectl, ns: str) -> None:
+    """`kubectl debug` adds an ephemeral container: it runs (logs, exec, attach with -i), is reported in
+    ephemeralContainerStatuses, never counts toward readiness and is not restarted when it ends."""
+    apply(k, ns, pod("app", "sleep 600"))
+    wait_status(k, ns, "app", "Running", "1/1")
+    k.run(
+        "debug",
+        "app",
+        "-n",
+        ns,
+        "--image=busybox",
+        "-c",
+        "dbg",
+        "--",
+        "sh",
+        "-c",
+        "echo from-debug; sleep 600",
+    )
+
+    def debug_status(name: str) -> dict[str, Any] | None:
+        statuses = pod_json(k, ns, "app")["status"].get("ephemeralContainerStatuses") or []
+        return next((s for s in statuses if s["name"] == name), None)
+
+    running = wait_until(lambda: (s := debug_status("dbg")) and "running" in s["state"] and s, "dbg running")
+    assert running["ready"] is False and "started" not in running
+    wait_until(lambda: "from-debug" in k.run("logs", "app", "-n", ns, "-c", "dbg").out, "the debug log")
+    assert k.run("exec", "app", "-n", ns, "-c", "dbg", "--", "echo", "exec-ok").out.strip() == "exec-ok"
+    assert row(k, ns, "app")[:2] == ("1/1", "Running")
+    listed = k.run("get", "events", "-n", ns, "--field-selector", "involvedObject.name=app", "-o", "json").out
+    started = [
+        e["involvedObject"].get("fieldPath") for e in json.loads(listed)["items"] if e["reason"] == "Started"
+    ]
+    assert "spec.ephemeralContainers{dbg}" in started, started
+    # -i attaches to it, as `kubectl debug -it` does; it ends and stays ended.
+    done = k.run(
+        "debug", "app", "-n", ns, "-i", "--image=busybox", "-c", "once", "--", "sh", "-c", "echo attached-ok"
+    )
+    assert "attached-ok" in done.out
+    ended = wait_until(lambda: (s := debug_status("once")) and "terminated" in s["state"] and s, "once ended")
+    assert ended["state"]["terminated"]["exitCode"] == 0
+    time.sleep(1.5)  # two pod resyncs (0.5 s): an ephemeral container is never started again
+    again = debug_status("once")
+    assert again is not None and again["restartCount"] == 0 and "terminated" in again["state"]
+
+
+def _sidecar_pod(name: str, sidecar: str, main: str, **spec: Any) -> str:
+    body = json.loads(pod(name, main, **spec))
+    body["spec"]["initContainers"] = [
+        {"name": "side", "image": "busybox", "restartPolicy": "Always", "command": ["sh", "-c", sidecar]},
+        {"name": "after", "image": "busybox", "command": ["sh", "-c", "echo initialized"]},
+    ]
+    return json.dumps(body)
+
+
+def test_a_sidecar_runs_beside_the_containers_and_is_restarted(cluster: Cluster, k: Kubectl, ns: str) -> None:
+    """An init container with restartPolicy Always starts before the next init container, keeps running
+    beside the containers (counted in READY), and is restarted when it ends, whatever the pod's policy."""
+    apply(
+        k,
+        ns,
+        _sidecar_pod("svc", "echo side-up; sleep 1; exit 3", "sleep 600", restartPolicy="Never"),
+    )
+    wait_status(k, ns, "svc", "Running", "2/2")
+    status = pod_json(k, ns, "svc")["status"]
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions["Initialized"] == "True"
+    after = next(s for s in status["initContainerStatuses"] if s["name"] == "after")
+    assert after["state"]["terminated"]["exitCode"] == 0
+    side = wait_until(
+        lambda: next(
+            (s for s in pod_json(k, ns, "svc")["status"]["initContainerStatuses"] if s["restartCount"] >= 2),
+            None,
+        ),
+        "the sidecar restarted twice",
+    )
+    assert side["name"] == "side" and side["lastState"]["terminated"]["exitCode"] == 3
+    assert pod_json(k, ns, "svc")["status"]["phase"] == "Running"
+    assert "side-up" in k.run("logs", "svc", "-n", ns, "-c", "side").out
+
+
+def test_a_finished_pods_sidecar_is_stopped_and_the_pod_succeeds(
+    cluster: Cluster, k: Kubectl, ns: str
+) -> None:
+    """A Job-style pod: when its container has succeeded the sidecar is stopped and the pod is Succeeded."""
+    apply(
+        k,
+        ns,
+        _sidecar_pod("job", "while true; do sleep 1; done", "sleep 1; echo work-done", restartPolicy="Never"),
+    )
+    wait_status(k, ns, "job", "Completed", "0/2", within=45)
+    status = pod_json(k, ns, "job")["status"]
+    assert status["phase"] == "Succeeded"
+    side = next(s for s in status["initContainerStatuses"] if s["name"] == "side")
+    assert "terminated" in side["state"]
+    assert "work-done" in k.run("logs", "job", "-n", ns, "-c", "main").out
 
 
 # -- the embedded cluster ----------------------------------------------------------------------------

@@ -226,3 +226,65 @@ def test_image_pull_back_off_counts_from_the_last_failure() -> None:
 )
 def test_durations_read_as_go_prints_them(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+SIDECAR_SPEC = {
+    "initContainers": [{"name": "side", "restartPolicy": "Always"}, {"name": "setup"}],
+    "containers": [{"name": "main"}],
+    "restartPolicy": "Never",
+}
+
+
+def _running(name: str, *, started: bool = True, ready: bool = True) -> ContainerState:
+    state = ContainerState(name, init=name != "main", sidecar=name == "side")
+    state.set_running(NOW - 3, "vplane://1")
+    state.started, state.ready = started, ready
+    return state
+
+
+def test_a_sidecar_must_start_before_the_pod_initializes() -> None:
+    waiting = {
+        "side": ContainerState("side", init=True, sidecar=True),
+        "setup": ContainerState("setup", init=True),
+    }
+    waiting["main"] = ContainerState("main")
+    pod = _pod(SIDECAR_SPEC, waiting)
+    assert pod["status"]["phase"] == "Pending"
+    unstarted = {**waiting, "side": _running("side", started=False, ready=False)}
+    pod = _pod(SIDECAR_SPEC, unstarted)
+    assert pod["status"]["phase"] == "Pending"
+    initialized = next(c for c in pod["status"]["conditions"] if c["type"] == "Initialized")
+    assert initialized["message"] == "containers with incomplete status: [side setup]"
+
+
+def test_a_running_sidecar_counts_toward_ready_and_its_restarts_do_not_pend_the_pod() -> None:
+    setup = ContainerState("setup", init=True)
+    setup.set_terminated(_exited(0))
+    main = _running("main")
+    main.ever_started = True
+    states = {"side": _running("side", ready=False), "setup": setup, "main": main}
+    pod = _pod(SIDECAR_SPEC, states)
+    assert pod["status"]["phase"] == "Running"
+    ready = next(c for c in pod["status"]["conditions"] if c["type"] == "ContainersReady")
+    assert ready["message"] == "containers with unready status: [side]"
+    crashed = ContainerState("side", init=True, sidecar=True)
+    crashed.last_terminated = _exited(3)
+    crashed.set_waiting("CrashLoopBackOff", "back-off 10s")
+    assert _pod(SIDECAR_SPEC, {**states, "side": crashed})["status"]["phase"] == "Running"
+
+
+def test_a_pod_whose_containers_succeeded_succeeds_with_its_sidecar_stopped() -> None:
+    setup = ContainerState("setup", init=True)
+    setup.set_terminated(_exited(0))
+    main = ContainerState("main")
+    main.ever_started = True
+    main.set_terminated(_exited(0))
+    side = ContainerState("side", init=True, sidecar=True)
+    side.set_terminated(_exited(137))
+    assert _pod(SIDECAR_SPEC, {"side": side, "setup": setup, "main": main}, terminal=True)["status"][
+        "phase"
+    ] == ("Succeeded")
+    still = _running("side")  # not stopped yet: the pod is still running
+    assert _pod(SIDECAR_SPEC, {"side": still, "setup": setup, "main": main}, terminal=True)["status"][
+        "phase"
+    ] == ("Running")

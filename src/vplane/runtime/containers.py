@@ -156,10 +156,17 @@ class ContainerProcess:
             if state is not None:
                 self._load_state(state)
                 return None
-            if exit_path.exists():
-                return self._read_exit()
-            if self.shim_pid is not None and not _alive(self.shim_pid):
+            ended = exit_path.exists()
+            if not ended and self.shim_pid is not None and not _alive(self.shim_pid):
                 self._reap()
+                ended = True
+            if ended:
+                # A process that started and ended between the two reads above has its state written
+                # too: it ran (its exit is recorded by the exit watcher), it did not fail to start.
+                state = read_json(state_path)
+                if state is not None:
+                    self._load_state(state)
+                    return None
                 return self._read_exit()
             if time.monotonic() > deadline:
                 self._kill_unstarted_shim()

@@ -35,6 +35,7 @@ from vplane.runtime.status import (
     Terminated,
     exit_reason,
     format_duration,
+    is_sidecar,
     pod_conditions,
     pod_phase,
     rfc3339,
@@ -136,13 +137,26 @@ class PodWorker:
         return _d(self.pod.get("spec"))
 
     def _container_specs(self) -> list[tuple[Obj, bool]]:
-        return [(_d(c), True) for c in _l(self.spec.get("initContainers"))] + [
-            (_d(c), False) for c in _l(self.spec.get("containers"))
-        ]
+        """Every container with whether it is an init container: init, regular, then ephemeral ones."""
+        return (
+            [(_d(c), True) for c in _l(self.spec.get("initContainers"))]
+            + [(_d(c), False) for c in _l(self.spec.get("containers"))]
+            + [(_d(c), False) for c in _l(self.spec.get("ephemeralContainers"))]
+        )
 
     def _field_path(self, name: str) -> str:
-        init = any(_d(c).get("name") == name for c in _l(self.spec.get("initContainers")))
-        return f"spec.{'initContainers' if init else 'containers'}{{{name}}}"
+        for key in ("initContainers", "ephemeralContainers"):
+            if any(_d(c).get("name") == name for c in _l(self.spec.get(key))):
+                return f"spec.{key}{{{name}}}"
+        return f"spec.containers{{{name}}}"
+
+    def _add_ephemeral_states(self) -> None:
+        """Ephemeral containers arrive after the pod started (the ``ephemeralcontainers`` subresource)."""
+        for container in map(_d, _l(self.spec.get("ephemeralContainers"))):
+            name = str(container.get("name", ""))
+            if name not in self.states:
+                self.states[name] = ContainerState(name=name, image=str(container.get("image", "")))
+            self.states[name].ephemeral = True
 
     def _init_states(self, saved: Obj | None) -> None:
         status = _d(self.pod.get("status"))
@@ -150,7 +164,12 @@ class PodWorker:
         has_init = bool(_l(self.spec.get("initContainers")))
         for container, init in self._container_specs():
             name = str(container.get("name", ""))
-            state = ContainerState(name=name, init=init, image=str(container.get("image", "")))
+            state = ContainerState(
+                name=name,
+                init=init,
+                sidecar=init and is_sidecar(container),
+                image=str(container.get("image", "")),
+            )
             if not init and has_init:
                 state.waiting_reason = "PodInitializing"
             saved_state = _d(saved_containers.get(name))
@@ -171,6 +190,7 @@ class PodWorker:
                 self.instances[name] = int(saved_state.get("instance", -1))
                 self.container_ids[name] = {str(k): int(v) for k, v in _d(saved_state.get("ids")).items()}
             self.states[name] = state
+        self._add_ephemeral_states()
         if saved:
             self.ip = str(saved.get("ip") or "")
             self.start_time = saved.get("startTime")
@@ -269,6 +289,7 @@ class PodWorker:
         status writes come back here too)."""
         before = _acted_on(self.pod)
         self.pod = pod
+        self._add_ephemeral_states()
         if _acted_on(pod) != before:
             self.wake.set()
 
@@ -330,14 +351,25 @@ class PodWorker:
     # -- sync -------------------------------------------------------------------------------------
 
     async def sync(self) -> None:
-        if self.terminal:
-            return
+        if not self.terminal:
+            await self._sync_containers()
+        if self.terminal and self.running:
+            # A finished pod's sidecars and ephemeral containers are stopped, as the kubelet stops every
+            # container of a terminal pod (regular ones first).
+            await self._kill_all(float(self.spec.get("terminationGracePeriodSeconds") or 30), "")
+
+    async def _sync_containers(self) -> None:
         if not await self._sandbox():
             return
         if not await self._init_containers():
             return
+        for container in map(_d, _l(self.spec.get("initContainers"))):
+            if is_sidecar(container):
+                await self._sync_sidecar(container)
         for container in map(_d, _l(self.spec.get("containers"))):
             await self._sync_container(container)
+        for container in map(_d, _l(self.spec.get("ephemeralContainers"))):
+            await self._sync_ephemeral(container)
         self._check_terminal()
 
     async def _sandbox(self) -> bool:
@@ -373,7 +405,8 @@ class PodWorker:
         return True
 
     async def _init_containers(self) -> bool:
-        """Run init containers one after another; True once all have succeeded."""
+        """Run init containers one after another; True once all have succeeded (and every sidecar, an init
+        container with ``restartPolicy: Always``, has started: it then keeps running beside the others)."""
         regular_started = any(
             self.states[str(_d(c).get("name"))].ever_started for c in _l(self.spec.get("containers"))
         )
@@ -382,6 +415,12 @@ class PodWorker:
         for container in map(_d, _l(self.spec.get("initContainers"))):
             name = str(container.get("name", ""))
             state = self.states[name]
+            if is_sidecar(container):
+                if not state.running:
+                    await self._sync_sidecar(container)
+                if not (state.running and state.started):
+                    return False  # not (yet) running, or its startup probe holds the next one back
+                continue
             if state.terminated is not None and state.terminated.exit_code == 0:
                 continue
             if state.running:
@@ -414,6 +453,30 @@ class PodWorker:
             if not wants or not self._restart_allowed(name, state):
                 return
         elif state.waiting_reason == "CrashLoopBackOff" and not self._restart_allowed(name, state):
+            return
+        await self._start(container, state, init=False)
+
+    async def _sync_sidecar(self, container: Obj) -> bool:
+        """Keep a sidecar running: started, and restarted whenever it ends (with the crash back-off), whatever
+        the pod's restart policy. True when it was started now."""
+        name = str(container.get("name", ""))
+        state = self.states[name]
+        if name in self.running:
+            await self._handle_kill_request(name)
+            return False
+        if (state.terminated is not None or state.waiting_reason == "CrashLoopBackOff") and not (
+            self._restart_allowed(name, state)
+        ):
+            return False
+        await self._start(container, state, init=True)
+        return True
+
+    async def _sync_ephemeral(self, container: Obj) -> None:
+        """An ephemeral container runs once (its image pulled with the usual back-off); once it has started
+        or ended it is left alone, as the kubelet never restarts one."""
+        name = str(container.get("name", ""))
+        state = self.states[name]
+        if self.terminal or state.ever_started or state.terminated is not None or name in self.running:
             return
         await self._start(container, state, init=False)
 
@@ -694,7 +757,7 @@ class PodWorker:
                         asyncio.create_task(self._probe_loop(name, container, kind, probe, tracker, running))
                     )
         state = self.states[name]
-        if "Readiness" not in running.trackers and not state.init:
+        if "Readiness" not in running.trackers and (state.sidecar or not state.init) and not state.ephemeral:
             state.ready = True
 
     def _adopted_context(self, container: Obj) -> ExecContext | None:
@@ -806,6 +869,8 @@ class PodWorker:
                 elif kind == "Startup" and tracker.result:
                     state.started = True
                     self._status_changed()
+                    if state.sidecar:
+                        self.wake.set()  # the next init container waits for this one to have started
                 elif not tracker.result:
                     self.kill_requests[name] = (
                         f"Container {name} failed {kind.lower()} probe, will be restarted"
@@ -892,7 +957,11 @@ class PodWorker:
         await stop_process(running.process, grace)
 
     async def _kill_all(self, grace: float, reason: str) -> None:
-        names = list(self.running)
+        """Stop every container: the others first, then the sidecars (in reverse order) with what is left of
+        the grace period, so a sidecar (a proxy, a log shipper) outlives the containers it serves."""
+        started = time.monotonic()
+        sidecars = [n for n in reversed(list(self.running)) if self.states.get(n, _NO_STATE).sidecar]
+        names = [n for n in self.running if n not in sidecars]
         exits = [self.running[name].tasks[0] for name in names]  # each instance's exit watcher records it
         starting = list(self.starting.values())
         await asyncio.gather(
@@ -901,6 +970,12 @@ class PodWorker:
             return_exceptions=True,
         )
         await asyncio.gather(*exits, return_exceptions=True)
+        left = max(grace - (time.monotonic() - started), 0.0)
+        for name in sidecars:
+            if name in self.running:
+                exit_watch = self.running[name].tasks[0]
+                await asyncio.gather(self._kill(name, left, reason), return_exceptions=True)
+                await asyncio.gather(exit_watch, return_exceptions=True)
 
     def _check_terminal(self) -> None:
         """All regular containers ended and none will restart: the pod is finished."""
@@ -1032,6 +1107,11 @@ class PodWorker:
             self.states[str(c.get("name"))].to_api(mounts.get(str(c.get("name"))))
             for c in map(_d, _l(spec.get("containers")))
         ]
+        ephemeral = [_d(c) for c in _l(spec.get("ephemeralContainers"))]
+        if ephemeral:
+            status["ephemeralContainerStatuses"] = [
+                self.states[str(c.get("name"))].to_api(mounts.get(str(c.get("name")))) for c in ephemeral
+            ]
         return status
 
     async def _status_writer(self) -> None:
@@ -1061,6 +1141,9 @@ class PodWorker:
         if _d(updated.get("metadata")).get("uid") == self.uid:
             # Keep what others own (PodScheduled, readiness gates) for the next generation of conditions.
             self.pod = {**self.pod, "status": updated.get("status") or {}}
+
+
+_NO_STATE = ContainerState(name="")
 
 
 def _acted_on(pod: Obj) -> tuple[Any, ...]:

@@ -102,6 +102,10 @@ class ContainerState:
 
     name: str
     init: bool = False
+    sidecar: bool = False
+    """An init container with ``restartPolicy: Always``: it keeps running beside the containers."""
+    ephemeral: bool = False
+    """An ephemeral container (``kubectl debug``): started once, never restarted, never ready."""
     restart_count: int = 0
     waiting_reason: str = "ContainerCreating"
     waiting_message: str = ""
@@ -161,7 +165,8 @@ class ContainerState:
         current_id = self.container_id if self.running or self.terminated is not None else ""
         if current_id:
             out["containerID"] = current_id
-        out["started"] = self.started and self.running
+        if not self.ephemeral:  # the kubelet leaves `started` out of an ephemeral container's status
+            out["started"] = self.started and self.running
         if volume_mounts:
             out["volumeMounts"] = volume_mounts
         return out
@@ -170,12 +175,20 @@ class ContainerState:
 # -- phase --------------------------------------------------------------------------------------
 
 
+def is_sidecar(container: Obj) -> bool:
+    """An init container with ``restartPolicy: Always`` (KEP-753): it keeps running beside the containers."""
+    return container.get("restartPolicy") == "Always"
+
+
 def pod_phase(spec: Obj, statuses: dict[str, ContainerState], terminal: bool) -> str:
     """The kubelet's ``getPhase``: ``terminal`` when the pod will run nothing more (all done, or deleted)."""
     restart_policy = spec.get("restartPolicy") or "Always"
-    pending_init = failed_init = 0
-    for container in _l(spec.get("initContainers")):
-        name = str(_d(container).get("name", ""))
+    pending_init = failed_init = pending_sidecars = 0
+    inits = [_d(c) for c in _l(spec.get("initContainers"))]
+    for container in inits:
+        if is_sidecar(container):
+            continue  # counted with the containers below
+        name = str(container.get("name", ""))
         cs = statuses.get(name)
         if cs is None or cs.running:
             pending_init += 1
@@ -188,6 +201,24 @@ def pod_phase(spec: Obj, statuses: dict[str, ContainerState], terminal: bool) ->
         else:
             pending_init += 1
     unknown = running = waiting = stopped = succeeded = 0
+    for container in inits:
+        if not is_sidecar(container):
+            continue
+        cs = statuses.get(str(container.get("name", "")))
+        if cs is None:
+            unknown += 1
+        elif cs.running:
+            running += 1
+            if not cs.started:
+                pending_sidecars += 1
+        elif cs.terminated is None and cs.last_terminated is None:
+            pending_sidecars += 1
+            waiting += 1
+        # a sidecar that ended (and will be restarted) does not count toward the phase
+    initialized = any(
+        (cs := statuses.get(str(_d(c).get("name", "")))) is not None and cs.ever_started
+        for c in _l(spec.get("containers"))
+    )
     for container in _l(spec.get("containers")):
         cs = statuses.get(str(_d(container).get("name", "")))
         if cs is None:
@@ -204,7 +235,7 @@ def pod_phase(spec: Obj, statuses: dict[str, ContainerState], terminal: bool) ->
             waiting += 1
     if failed_init > 0 and restart_policy == "Never":
         return "Failed"
-    if pending_init > 0:
+    if pending_init > 0 or (pending_sidecars > 0 and not initialized):
         return "Pending"
     if waiting > 0:
         return "Pending"
@@ -230,11 +261,17 @@ def _initialized(spec: Obj, statuses: dict[str, ContainerState], phase: str) -> 
     inits = [str(_d(c).get("name", "")) for c in _l(spec.get("initContainers"))]
     if not inits:
         return {"type": "Initialized", "status": "True"}
+    sidecars = {str(_d(c).get("name", "")) for c in _l(spec.get("initContainers")) if is_sidecar(_d(c))}
     unknown = [n for n in inits if n not in statuses]
     incomplete = [
         n
         for n in inits
-        if n in statuses and (statuses[n].terminated is None or statuses[n].terminated.exit_code != 0)  # type: ignore[union-attr]
+        if n in statuses
+        and (
+            not (statuses[n].running and statuses[n].started)  # a sidecar is done initializing once started
+            if n in sidecars
+            else statuses[n].terminated is None or statuses[n].terminated.exit_code != 0  # type: ignore[union-attr]
+        )
     ]
     if phase == "Succeeded" and not unknown:
         return {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
@@ -266,7 +303,8 @@ def _terminal_ready(kind: str, phase: str) -> Obj:
 def _containers_ready(spec: Obj, statuses: dict[str, ContainerState], phase: str) -> Obj:
     unknown: list[str] = []
     unready: list[str] = []
-    for container in _l(spec.get("containers")):
+    sidecars = [c for c in map(_d, _l(spec.get("initContainers"))) if is_sidecar(c)]
+    for container in [*sidecars, *_l(spec.get("containers"))]:
         name = str(_d(container).get("name", ""))
         cs = statuses.get(name)
         if cs is None:
