@@ -1309,6 +1309,101 @@ def test_a_finished_pods_sidecar_is_stopped_and_the_pod_succeeds(
     assert "work-done" in k.run("logs", "job", "-n", ns, "-c", "main").out
 
 
+ECHO_SERVER = (
+    "import http.server, os\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    " def answer(self):\n"
+    "  n = int(self.headers.get('Content-Length') or 0)\n"
+    "  body = (self.command + ' ' + self.path + ' ' + self.rfile.read(n).decode() + ' auth=' + str(self.headers.get('Authorization'))).encode()\n"
+    "  self.send_response(201 if self.command == 'POST' else 200); self.send_header('X-Pod', os.environ['HOSTNAME'])\n"
+    "  self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)\n"
+    " do_GET = do_POST = answer\n"
+    " def log_message(self, *a): pass\n"
+    "http.server.HTTPServer(('', 8080), H).serve_forever()"
+)
+
+
+def test_pods_services_and_nodes_proxy_through_the_kubelet(cluster: Cluster, k: Kubectl, ns: str) -> None:
+    """pods/proxy, services/proxy (by port number and by name) and nodes/proxy answer as upstream's do: the
+    API server reaches the pod through its kubelet, never with the caller's credentials."""
+    probe = {"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}
+    apply(
+        k,
+        ns,
+        pod(
+            "echo",
+            ["python", "-c", ECHO_SERVER],
+            image="python:3.11",
+            labels={"app": "echo"},
+            container_fields=probe,
+        ),
+    )
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "echo"},
+        "spec": {"selector": {"app": "echo"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    }
+    apply(k, ns, json.dumps(service))
+    wait_status(k, ns, "echo", "Running", "1/1")
+    base = f"/api/v1/namespaces/{ns}"
+    assert k.run("get", "--raw", f"{base}/pods/echo:8080/proxy/a/b?x=1").out == "GET /a/b?x=1  auth=None"
+    assert k.run("get", "--raw", f"{base}/pods/http:echo:8080/proxy/").out.startswith("GET / ")
+    answered = wait_until(  # the Endpoints controller names the ready pod
+        lambda: (
+            (r := k.run("get", "--raw", f"{base}/services/echo:http/proxy/s", check=False)).code == 0
+            and r.out
+        ),
+        "services/proxy by port name",
+    )
+    assert answered == "GET /s  auth=None"
+    assert k.run("get", "--raw", f"{base}/services/echo:80/proxy/n").out == "GET /n  auth=None"
+    posted = k.run("create", "--raw", f"{base}/pods/echo:8080/proxy/post", "-f", "-", input='{"a": 1}')
+    assert posted.out == 'POST /post {"a": 1} auth=None'
+    refused = k.run("get", "--raw", f"{base}/pods/echo:9/proxy/", check=False)
+    assert (
+        refused.code != 0
+        and "(ServiceUnavailable): error trying to reach service: dial tcp " in refused.stderr
+    )
+    assert "connect: connection refused" in refused.stderr
+    missing_port = k.run("get", "--raw", f"{base}/services/echo:nope/proxy/", check=False)
+    assert 'no service port "nope" found for service "echo"' in missing_port.stderr
+    assert k.run("get", "--raw", f"/api/v1/nodes/{NODE}/proxy/healthz").out == "ok"
+    # Endpoints written by hand name an address, not a pod: nothing is dialled.
+    manual = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "manual"},
+        "spec": {"ports": [{"port": 80}]},
+    }
+    apply(k, ns, json.dumps(manual))
+    endpoints = {
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {"name": "manual"},
+        "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"port": 22}]}],
+    }
+    apply(k, ns, json.dumps(endpoints))
+    manual_answer = k.run("get", "--raw", f"{base}/services/manual/proxy/", check=False)
+    assert (
+        "error trying to reach 127.0.0.1:22: the endpoint names no pod of this cluster"
+        in manual_answer.stderr
+    )
+    # What `kubectl proxy` serves a browser: the same path under its own port.
+    proxy = k.popen("proxy", "--port=0")
+    try:
+        assert proxy.stdout is not None
+        line = proxy.stdout.readline()
+        port = int(re.search(r":(\d+)", line).group(1))  # type: ignore[union-attr]
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}{base}/services/echo:http/proxy/ui", timeout=10
+        ) as resp:
+            assert resp.read().decode() == "GET /ui  auth=None" and resp.headers["X-Pod"] == "echo"
+    finally:
+        proxy.kill()
+        proxy.communicate()
+
+
 # -- the embedded cluster ----------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 import structlog
+import yarl
 from aiohttp import web
 
 from vplane.apiserver.context import RequestContext
@@ -31,7 +32,7 @@ from vplane.apiserver.registry import ResourceType
 from vplane.kube import errors, remotecommand
 from vplane.kube.objects import Obj
 from vplane.kube.requestinfo import RequestInfo
-from vplane.support import httprelay, tls
+from vplane.support import httprelay, proxypath, requestheader, tls
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -196,6 +197,52 @@ class KubeletClient:
             return response
         finally:
             upstream.release()
+
+    # -- proxy ---------------------------------------------------------------------------------------
+
+    def node(self, node_name: str) -> Obj:
+        nodes = self.server.registry.get("", "v1", "nodes")
+        node = self.server.objects.get(nodes, "", node_name) if nodes is not None and node_name else None
+        if node is None:
+            raise errors.not_found("nodes", node_name)
+        return node
+
+    async def proxy(self, request: web.Request, node: Obj, target: str) -> web.StreamResponse:
+        """``nodes/proxy`` (``target`` a kubelet path) and ``pods/``/``services/proxy`` (the kubelet's pod
+        proxy, :mod:`vplane.runtime.podproxy`): the request (method, end-to-end headers without the caller's
+        credentials, body) goes to the node's kubelet under this server's kubelet client certificate, and the
+        answer comes back as it is, streamed. ``target`` is already percent-encoded."""
+        host = node_address(node, self.server.settings.kubelet_preferred_address_types)
+        port = kubelet_port(node)
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        url = yarl.URL(f"https://{authority}{target}", encoded=True)
+        if request.rel_url.raw_query_string:
+            url = url.with_query(request.rel_url.raw_query_string)
+        headers = requestheader.strip_identity_headers(proxypath.end_to_end(request.headers))
+        body = await request.read() if request.can_read_body else None
+        session = await self._client()
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.server.settings.kubelet_timeout_seconds, sock_read=None
+        )
+        try:
+            upstream = await session.request(
+                request.method, url, headers=headers, data=body, allow_redirects=False, timeout=timeout
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise errors.kubelet_unreachable(_dial_error(str(url), host, port, exc)) from None
+        async with upstream:
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for key, value in proxypath.end_to_end(upstream.headers):
+                response.headers.add(key, value)
+            if upstream.content_length is not None:
+                response.content_length = upstream.content_length
+            await response.prepare(request)
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+            with contextlib.suppress(ConnectionResetError):
+                await response.write_eof()
+            return response
 
     # -- exec, attach, port-forward ---------------------------------------------------------------
 

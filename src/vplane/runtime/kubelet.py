@@ -28,7 +28,7 @@ from aiohttp import web
 
 from vplane.controllers.client import KubeAPI, TransportError
 from vplane.kube.errors import StatusError
-from vplane.runtime import logs, streams
+from vplane.runtime import logs, podproxy, streams
 from vplane.runtime.api import SUBJECT_ACCESS_REVIEWS
 from vplane.runtime.cri import ContainerRuntime
 from vplane.support import tls
@@ -86,6 +86,7 @@ ROUTES: list[tuple[str, str, str, Handler]] = [
     *[(m, "/exec/{namespace}/{pod}/{container}", "proxy", streams.exec_handler) for m in ("GET", "POST")],
     *[(m, "/attach/{namespace}/{pod}/{container}", "proxy", streams.attach_handler) for m in ("GET", "POST")],
     *[(m, "/portForward/{namespace}/{pod}", "proxy", streams.portforward_handler) for m in ("GET", "POST")],
+    *[(m, podproxy.ROUTE, "proxy", podproxy.pod_proxy_handler) for m in podproxy.METHODS],
 ]
 """The kubelet API: (method, path, ``nodes/<subresource>`` checked by SubjectAccessReview or "" for
 none, handler). Add a line per route (exec, attach, port-forward) before the server starts."""

@@ -9,7 +9,9 @@ path passes the subresource to the kind's strategy.
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import orjson
 from aiohttp import web
@@ -19,11 +21,13 @@ from vplane.apiserver.context import RequestContext
 from vplane.apiserver.handlers import add_warnings, json_response, object_response, response_format
 from vplane.apiserver.kinds.common import d, lst
 from vplane.apiserver.kinds.core import PodStrategy
+from vplane.apiserver.kubeletclient import kubelet_port
 from vplane.apiserver.objects import DeleteOptions, patch_types_for
 from vplane.apiserver.registry import ResourceType
 from vplane.kube import errors, labels, patch, tables
 from vplane.kube.objects import Obj
 from vplane.kube.requestinfo import RequestInfo
+from vplane.support import proxypath
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -419,60 +423,78 @@ class Subresources:
 
     # -- connect and proxy --------------------------------------------------------------------------
 
-    def _kubelet_unreachable(self, node_name: str) -> web.StreamResponse:
-        nodes = self.registry.get("", "v1", "nodes")
-        assert nodes is not None
-        node = self.objects.get(nodes, "", node_name)
-        if node is None:
-            raise errors.not_found("nodes", node_name)
-        addresses = lst(d(node.get("status")).get("addresses"))
-        if not addresses:
-            raise errors.bad_request("no preferred addresses found; known addresses: []")
-        raise _unreachable(str(d(addresses[0]).get("address")))
-
     async def pod_proxy(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
     ) -> web.StreamResponse:
-        _kv, pod = self.objects.must_get(rtype, info.namespace, info.name.split(":")[0])
-        ip = d(pod.get("status")).get("podIP")
-        if not ip:
-            raise errors.bad_request("address not allowed")
-        raise _unreachable(f"{ip}")
+        """``pods/proxy`` through the pod's kubelet (``vplane.runtime.podproxy``), never by dialling the
+        address the pod's status names."""
+        scheme, name, port = split_scheme_name_port(info.name)
+        _kv, pod = self.objects.must_get(rtype, info.namespace, name)
+        node_name = str(d(pod.get("spec")).get("nodeName") or "")
+        if not node_name or not d(pod.get("status")).get("podIP"):
+            raise errors.bad_request(f'pod "{name}" has no address yet')
+        kubelets = self.server.reviews.kubelets
+        target = proxypath.pod_proxy_path(
+            scheme or "http", info.namespace, name, _number(port, 80), _tail(request, info)
+        )
+        return await kubelets.proxy(request, kubelets.node(node_name), target)
 
     async def service_proxy(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
     ) -> web.StreamResponse:
-        pieces = info.name.split(":")
-        port_name = ""
-        if len(pieces) == 3:
-            _scheme, name, port_name = pieces
-        elif len(pieces) == 2:
-            name, port_name = pieces
-        else:
-            name = pieces[0]
-        self.objects.must_get(rtype, info.namespace, name)
+        """``services/proxy``: a ready endpoint of the Service's port chosen at random, as upstream does, and
+        reached through its pod's kubelet. An endpoint that names no pod (Endpoints written by hand) is not
+        dialled."""
+        scheme, name, port_ref = split_scheme_name_port(info.name)
+        _kv, svc = self.objects.must_get(rtype, info.namespace, name)
+        ports = [d(p) for p in lst(d(svc.get("spec")).get("ports"))]
+        chosen = next(
+            (p for p in ports if port_ref in (str(p.get("name") or ""), str(p.get("port")))),
+            ports[0] if not port_ref and len(ports) == 1 else None,
+        )
+        if chosen is None:
+            raise errors.service_unavailable(f'no service port "{port_ref}" found for service "{name}"')
         endpoints_type = self.registry.get("", "v1", "endpoints")
         assert endpoints_type is not None
         endpoints = self.objects.get(endpoints_type, info.namespace, name) or {}
-        for subset in lst(endpoints.get("subsets")):
-            addresses = lst(d(subset).get("addresses"))
-            for ep_port in lst(d(subset).get("ports")):
-                wanted = not port_name or port_name in (
-                    str(d(ep_port).get("name")),
-                    str(d(ep_port).get("port")),
-                )
-                if addresses and wanted:
-                    raise _unreachable(f"{d(addresses[0]).get('ip')}:{d(ep_port).get('port')}")
-        raise errors.service_unavailable(f'no endpoints available for service "{name}"')
+        candidates: list[tuple[Obj, int]] = []
+        for subset in map(d, lst(endpoints.get("subsets"))):
+            for entry in map(d, lst(subset.get("ports"))):
+                if str(entry.get("name") or "") == str(chosen.get("name") or ""):
+                    candidates += [(d(a), int(entry.get("port") or 0)) for a in lst(subset.get("addresses"))]
+        if not candidates:
+            raise errors.service_unavailable(f'no endpoints available for service "{name}"')
+        address, ep_port = random.choice(candidates)
+        ref = d(address.get("targetRef"))
+        if ref.get("kind") != "Pod" or not ref.get("name"):
+            raise _unreachable(f"{address.get('ip')}:{ep_port}")
+        pods = self.registry.get("", "v1", "pods")
+        assert pods is not None
+        namespace = str(ref.get("namespace") or info.namespace)
+        pod = self.objects.get(pods, namespace, str(ref["name"]))
+        node_name = str(address.get("nodeName") or d((pod or {}).get("spec")).get("nodeName") or "")
+        if pod is None or not node_name:
+            raise errors.service_unavailable(f'no endpoints available for service "{name}"')
+        kubelets = self.server.reviews.kubelets
+        target = proxypath.pod_proxy_path(
+            scheme or "http", namespace, str(ref["name"]), ep_port, _tail(request, info)
+        )
+        return await kubelets.proxy(request, kubelets.node(node_name), target)
 
     async def node_proxy(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
     ) -> web.StreamResponse:
-        _kv, node = self.objects.must_get(rtype, "", info.name.split(":")[0])
-        addresses = lst(d(node.get("status")).get("addresses"))
-        if not addresses:
+        """``nodes/proxy``: the node's kubelet API (``/healthz``, ``/containerLogs/...``). Only the kubelet's
+        own port: it is the one address of a node whose certificate this server verifies."""
+        _scheme, name, port = split_scheme_name_port(info.name)
+        _kv, node = self.objects.must_get(rtype, "", name)
+        if not lst(d(node.get("status")).get("addresses")):
             raise errors.bad_request("no preferred addresses found; known addresses: []")
-        raise _unreachable(str(d(addresses[0]).get("address")))
+        if port and _number(port, 0) != kubelet_port(node):
+            raise errors.bad_request(
+                f"only the kubelet's port ({kubelet_port(node)}) of a node can be proxied"
+            )
+        return await self.server.reviews.kubelets.proxy(request, node, _tail(request, info) or "/")
 
     # -- componentstatuses --------------------------------------------------------------------------
 
@@ -528,12 +550,51 @@ def _component(name: str, healthy: bool) -> Obj:
 
 
 def _unreachable(address: str) -> errors.StatusError:
-    """What a connection to a pod, service endpoint or kubelet answers while no node runtime serves this
-    cluster. The API server deliberately opens no connection to addresses that objects name: a tenant could
-    otherwise point an Endpoints object at the platform host's own network."""
+    """A Service endpoint that names no pod (Endpoints written by hand): the API server deliberately opens
+    no connection to an address an object names (a tenant could point one at the platform host's own
+    network), and no kubelet runs a pod there to reach it through."""
     return errors.service_unavailable(
-        f"error trying to reach {address}: no node runtime serves this cluster yet"
+        f"error trying to reach {address}: the endpoint names no pod of this cluster"
     )
+
+
+def split_scheme_name_port(text: str) -> tuple[str, str, str]:
+    """``[scheme:]name[:port]`` of a proxy path (upstream's ``SplitSchemeNamePort``)."""
+    parts = text.split(":")
+    if len(parts) == 1:
+        scheme, name, port = "", parts[0], ""
+    elif len(parts) == 2:
+        scheme, (name, port) = "", parts
+    elif len(parts) == 3:
+        scheme, name, port = parts
+    else:
+        raise errors.bad_request(f"invalid proxy name: {text}")
+    if not name or scheme not in ("", "http", "https"):
+        raise errors.bad_request(f"invalid proxy name: {text}")
+    return scheme, name, port
+
+
+def _number(port: str, default: int) -> int:
+    """A pod's or node's proxy port: a number (a Service's may be a port's name)."""
+    if not port:
+        return default
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise errors.bad_request(f"invalid port: {port}")
+    return int(port)
+
+
+def _tail(request: web.Request, info: RequestInfo) -> str:
+    """What follows ``<resource>/<name>/proxy`` in the raw path: "" when nothing, "/" for a trailing slash."""
+    segments = request.rel_url.raw_path.split("/")
+    for i in range(2, len(segments)):
+        if (
+            segments[i] == "proxy"
+            and segments[i - 2] == info.resource
+            and unquote(segments[i - 1]) == info.name
+        ):
+            rest = segments[i + 1 :]
+            return "/" + "/".join(rest) if rest else ""
+    return ""
 
 
 class _Changed(Exception):

@@ -1,0 +1,26 @@
+"""What the API server and the kubelet share for proxying to pods (``pods/proxy``, ``services/proxy``):
+the kubelet path of vplane's pod proxy (``vplane.runtime.podproxy``) and which headers a hop passes on."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from vplane.support.requestheader import HOP_BY_HOP
+
+POD_PROXY_PREFIX = "/vplane/podProxy/"
+
+
+def pod_proxy_path(scheme: str, namespace: str, pod: str, port: int, path: str) -> str:
+    """The kubelet path for ``path`` (already percent-encoded, may be empty) on ``pod``'s ``port``."""
+    return POD_PROXY_PREFIX + "/".join(quote(p, safe="") for p in (scheme, namespace, pod, str(port))) + path
+
+
+def end_to_end(headers: Any) -> list[tuple[str, str]]:
+    """Headers without the hop-by-hop ones (RFC 9110 §7.6.1), including those the Connection header names
+    (``Host`` and ``Content-Length`` too: the next hop sets its own)."""
+    items = list(headers.items())
+    named = {
+        token.strip().lower() for k, v in items if k.lower() == "connection" for token in str(v).split(",")
+    }
+    return [(k, v) for k, v in items if k.lower() not in HOP_BY_HOP and k.lower() not in named]
