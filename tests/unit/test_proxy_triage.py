@@ -111,3 +111,54 @@ def test_503s_of_an_outage_that_is_over_are_not_a_verdict() -> None:
     assert triage(True, scrape(extra=deadline), [], before=scrape(extra=deadline)).row.startswith(
         "No proxy degradation"
     )
+
+
+REVOKED = (
+    "2026-12-04T16:53:05.941982Z [error    ] mesh registration rejected     [vplane.mesh.node] "
+    "error='access key revoked' url=https://127.0.0.1:10443"
+)
+
+
+def test_a_refused_client_key_is_the_runbooks_401_section() -> None:
+    """The client's access key disabled on the platform (replayed under vplane up): every request to the
+    client through the platform answers 503 `platform token review failed: 401` and its running mesh session
+    logs `mesh registration rejected ... access key revoked`. Doctor named no verdict and no next step (the
+    log filter knew only the start-up refusal); it now points at "Requests return 401 auth failed" and what
+    fixes it: the key, then a restart of the client's control-plane pods."""
+    from vplane.cli.doctor import ReplicaReport, render
+    from vplane.proxy.triage import RUNBOOK_LOGS, key_refused
+
+    assert any(m in REVOKED for m in RUNBOOK_LOGS)
+    verdict = key_refused("503 platform token review failed: 401", [REVOKED], "client")
+    assert verdict is not None
+    assert verdict.row.startswith("Requests return 401 auth failed")
+    assert REVOKED in verdict.evidence
+    assert "loft.sh/virtualcluster-instance=client" in verdict.next_action
+    assert "delete pod -n vcluster-client -l app=vcluster" in verdict.next_action
+    assert key_refused("503 platform token review failed: 401", [], "client") is not None
+    assert key_refused("ClientConnectorError: refused", [], "client") is None
+    malformed = "[error    ] mesh registration rejected [vplane.mesh.node] error='hostname is invalid'"
+    assert key_refused("ClientConnectorError: refused", [malformed], "client") is None
+
+    facts = {
+        "targets": {
+            "default/target": {"groupVersion": "g/v1", "ready": True, "readyReplicas": 1, "replicas": 1}
+        }
+    }
+    error = "its /metrics/syncer could not be read: 503 platform token review failed: 401"
+    out = render("client", facts, [ReplicaReport(0, verdict, error, [REVOKED])])
+    assert error in out
+    assert "    verdict: Requests return 401 auth failed" in out
+    assert "    next: Re-enable the client's access key" in out
+
+
+def test_an_unsynced_cache_after_a_refused_key_says_to_restart_the_client() -> None:
+    """The key re-enabled: the client answers again, but its mesh session ended for good with the refusal,
+    so the peer feed stays down until its pods restart (the runbook's 401 resolution)."""
+    stale = "... peer watch subscription is down and no fresh netmap is available; ... lastNetmapAge=131s"
+    verdict = triage(True, scrape(synced=0), [REVOKED, stale], client="client")
+    assert verdict.row.startswith("The client has no current peer snapshot")
+    assert REVOKED in verdict.evidence and stale in verdict.evidence
+    assert "delete pod -n vcluster-client -l app=vcluster" in verdict.next_action
+    plain = triage(True, scrape(synced=0), [stale], client="client")
+    assert plain.next_action.startswith("Check that the client has platform connectivity")

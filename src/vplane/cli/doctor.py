@@ -23,7 +23,7 @@ import click
 from vplane.cli import userconfig
 from vplane.kube import tenantconfig
 from vplane.platform.tenantproxy import REPLICA_HEADER
-from vplane.proxy.triage import RUNBOOK_LOGS, Scrape, Verdict, triage
+from vplane.proxy.triage import RUNBOOK_LOGS, Scrape, Verdict, key_refused, triage
 
 LOG_TAIL = 200
 
@@ -117,14 +117,17 @@ async def diagnose(
                 # Most often the client's own platform connection (the runbook's "license, network, or
                 # platform issue"), which its log lines then name.
                 evidence = [ln for ln in logs if any(m in ln for m in RUNBOOK_LOGS)][-5:]
-                reports.append(
-                    ReplicaReport(index, None, f"its /metrics/syncer could not be read: {now}", evidence)
-                )
+                error = f"its /metrics/syncer could not be read: {now}"
+                # A refused client key is the runbook's 401 section, whose action is on the platform.
+                reports.append(ReplicaReport(index, key_refused(now, evidence, name), error, evidence))
                 continue
             before = first[index]
             reports.append(
                 ReplicaReport(
-                    index, triage(all_ready, now, logs, before=None if isinstance(before, str) else before)
+                    index,
+                    triage(
+                        all_ready, now, logs, before=None if isinstance(before, str) else before, client=name
+                    ),
                 )
             )
     return facts, reports
@@ -165,6 +168,8 @@ def render(name: str, facts: dict[str, Any], reports: list[ReplicaReport]) -> st
                 ]
             continue
         v = report.verdict
+        if report.error:
+            lines.append(f"    {report.error}")
         lines.append(f"    verdict: {v.row}")
         for item in v.evidence:
             lines.append(f"    evidence: {item}")

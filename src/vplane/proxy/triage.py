@@ -18,15 +18,30 @@ ALL_QUARANTINED_LOG = "all peer hosts for the proxy target are quarantined"
 NO_SYNC_LOG = "peer cache did not sync in time for the startup probe"
 SUBSCRIPTION_DOWN_LOG = "peer watch subscription is down"
 REGISTRATION_REFUSED_LOG = "the platform refused this tenant's registration"
+"""At start-up: the platform refused the replica's access key."""
+SESSION_REFUSED_LOG = "mesh registration rejected"
+"""A running replica's mesh session ended by the platform (``access key revoked`` once its key is disabled or
+deleted); the session does not come back by itself, the runbook's "restart the client's control plane pod"."""
+KEY_REFUSED_LOGS = (REGISTRATION_REFUSED_LOG, SESSION_REFUSED_LOG)
+KEY_ERRORS = ("access key", "auth key")
+"""What those lines' ``error`` says when the key is the cause (``access key revoked``, ``invalid access key:
+disabled``, ``no auth key provided``), not a malformed registration."""
+TOKEN_REVIEW_REFUSED = "platform token review failed: 401"
+"""What a client replica answers every request through the platform while the platform refuses its key: it
+can no longer ask the platform who the caller is."""
 RUNBOOK_LOGS = (
     QUARANTINE_LOG,
     ALL_QUARANTINED_LOG,
     NO_SYNC_LOG,
     SUBSCRIPTION_DOWN_LOG,
     "initial probe of proxy target failed",
-    REGISTRATION_REFUSED_LOG,
+    *KEY_REFUSED_LOGS,
 )
 """Log lines worth showing when a replica's metrics cannot be read (its platform connection, mostly)."""
+AUTH_FAILED_ROW = (
+    "Requests return 401 auth failed: the platform refuses the client's access key, so the target rejects "
+    "it too. This is a platform trust issue, not a Kubernetes RBAC issue."
+)
 PRECHECK = ("no_peer", "stale_peers", "all_quarantined")
 CLASSIFIED = (
     "timeout",
@@ -82,11 +97,36 @@ def _increase(now: Scrape, before: Scrape | None, name: str) -> float:
     return now.total(name) - (before.total(name) if before is not None else 0.0)
 
 
+def key_refused(error: str, logs: Iterable[str], client: str = "<name>") -> Verdict | None:
+    """The runbook's "Requests return 401 auth failed" for a replica whose metrics could not be read: the
+    platform refuses the client's own access key, which the replica also needs to authenticate whoever
+    reaches it through the platform. None when neither the error nor the log says so."""
+    lines = [ln for ln in logs if _key_refusal(ln)]
+    if TOKEN_REVIEW_REFUSED not in error and not lines:
+        return None
+    return Verdict(AUTH_FAILED_ROW, [error, *lines[-3:]], key_refused_action(client), {})
+
+
+def _key_refusal(line: str) -> bool:
+    return any(m in line for m in KEY_REFUSED_LOGS) and any(e in line for e in KEY_ERRORS)
+
+
+def key_refused_action(client: str) -> str:
+    return (
+        "Re-enable the client's access key on the platform (kubectl get accesskeys -l "
+        f"loft.sh/virtualcluster-instance={client}; spec.disabled), then restart the client's control-plane "
+        "pods to refresh the platform connection (under vplane up: kubectl --context vplane_host delete pod "
+        f"-n vcluster-{client} -l app=vcluster). Confirm both tenant clusters use the same platform and the "
+        "project pairing (targetVirtualCluster.project defaults to the client's own project)."
+    )
+
+
 def triage(
     target_ready: bool,
     now: Scrape,
     logs: Iterable[str],
     before: Scrape | None = None,
+    client: str = "<name>",
 ) -> Verdict:
     lines = list(logs)
     reasons: dict[str, float] = {}
@@ -106,13 +146,17 @@ def triage(
     all_quarantined = _increase(now, before, "vcluster_proxy_target_all_peers_quarantined_total")
     quarantine_lines = [ln for ln in lines if QUARANTINE_LOG in ln or ALL_QUARANTINED_LOG in ln]
     synced = now.series("vcluster_proxy_peer_cache_synced")
-    sync_lines = [ln for ln in lines if NO_SYNC_LOG in ln or SUBSCRIPTION_DOWN_LOG in ln]
+    sync_lines = [
+        ln for ln in lines if any(m in ln for m in (NO_SYNC_LOG, SUBSCRIPTION_DOWN_LOG, *KEY_REFUSED_LOGS))
+    ]
     if synced and any(s.value == 0 for s in synced):
         return Verdict(
             "The client has no current peer snapshot because of a license, network, or platform issue. "
             "Target pod readiness doesn't validate the target API, but restore the client's peer feed first.",
             ["vcluster_proxy_peer_cache_synced is 0", *sync_lines[-3:]],
-            "Check that the client has platform connectivity, that the platform is reachable from the "
+            key_refused_action(client)
+            if any(_key_refusal(ln) for ln in sync_lines)
+            else "Check that the client has platform connectivity, that the platform is reachable from the "
             "client's replicas, and that the target's control-plane peers are registered.",
             reasons,
         )
