@@ -1346,8 +1346,9 @@ subjects:
 
     def test_401_auth_failed_after_the_clients_key_is_disabled(self, env: Env) -> None:
         """The target rejects the client's platform access key once it is disabled on the platform: 401
-        `auth failed`. (The client itself can no longer review tokens with the platform either, so it is
-        reached with its own administrator credentials.)"""
+        `auth failed`. The client itself can no longer review its callers' tokens with the platform either:
+        reached through the platform, every request is 401 `auth failed` too, saying why (the runbook's row and
+        action are the same: the client's key)."""
         local = env.local("keyed")
         assert local.call("GET", objects_path("default")).status == 200
         key = env.p.k.run(
@@ -1363,6 +1364,11 @@ subjects:
             eventually(lambda: local.call("GET", objects_path("default")).status == 401, timeout=20)
             answer = local.call("GET", objects_path("default"))
             assert answer.message == "auth failed"
+            refused = env.via("keyed").call("GET", objects_path("default"))
+            assert refused.status == 401, refused
+            assert refused.message == (
+                "auth failed: the platform refuses this tenant cluster's access key (token review: 401)"
+            )
             text = local.metrics()
             assert (
                 count(

@@ -89,3 +89,18 @@ async def test_a_failed_review_is_not_cached() -> None:
     with pytest.raises(StatusError):
         await r.authenticate_token("key")
     assert await r.authenticate_token("key") == CLIENT
+
+
+def test_a_refused_reviewer_key_is_401_and_a_platform_failure_503() -> None:
+    """The platform refusing this tenant's own key will not pass with a retry: callers get the runbook's 401
+    `auth failed` with why; any other failure of the platform is passing: 503 with Retry-After."""
+    from vplane.tenant.identity import review_refused
+
+    for status in (401, 403):
+        refused = review_refused(status)
+        assert refused.code == 401
+        assert refused.message == (
+            f"auth failed: the platform refuses this tenant cluster's access key (token review: {status})"
+        )
+    failing = review_refused(500)
+    assert failing.code == 503 and failing.headers == {"Retry-After": "1"}

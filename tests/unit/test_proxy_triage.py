@@ -83,10 +83,16 @@ def test_doctor_says_why_metrics_could_not_be_read_and_shows_the_runbook_log_lin
     }
     no_sync = "peer cache did not sync in time for the startup probe, requests fail with 503 until the first netmap arrives"
     report = ReplicaReport(
-        0, None, "its /metrics/syncer could not be read: 503 platform token review failed: 401", [no_sync]
+        0,
+        None,
+        "its /metrics/syncer could not be read: 401 auth failed: the platform refuses this tenant cluster's access key (token review: 401)",
+        [no_sync],
     )
     out = render("client", facts, [report])
-    assert "its /metrics/syncer could not be read: 503 platform token review failed: 401" in out
+    assert (
+        "its /metrics/syncer could not be read: 401 auth failed: the platform refuses this tenant cluster's access key (token review: 401)"
+        in out
+    )
     assert f"    log: {no_sync}" in out
     quiet = render(
         "client", facts, [ReplicaReport(0, None, "its /metrics/syncer could not be read: 503 x", [])]
@@ -121,7 +127,7 @@ REVOKED = (
 
 def test_a_refused_client_key_is_the_runbooks_401_section() -> None:
     """The client's access key disabled on the platform (replayed under vplane up): every request to the
-    client through the platform answers 503 `platform token review failed: 401` and its running mesh session
+    client through the platform answers 401 `auth failed: the platform refuses this tenant cluster's access key` and its running mesh session
     logs `mesh registration rejected ... access key revoked`. Doctor named no verdict and no next step (the
     log filter knew only the start-up refusal); it now points at "Requests return 401 auth failed" and what
     fixes it: the key, then a restart of the client's control-plane pods."""
@@ -129,13 +135,24 @@ def test_a_refused_client_key_is_the_runbooks_401_section() -> None:
     from vplane.proxy.triage import RUNBOOK_LOGS, key_refused
 
     assert any(m in REVOKED for m in RUNBOOK_LOGS)
-    verdict = key_refused("503 platform token review failed: 401", [REVOKED], "client")
+    verdict = key_refused(
+        "401 auth failed: the platform refuses this tenant cluster's access key (token review: 401)",
+        [REVOKED],
+        "client",
+    )
     assert verdict is not None
     assert verdict.row.startswith("Requests return 401 auth failed")
     assert REVOKED in verdict.evidence
     assert "loft.sh/virtualcluster-instance=client" in verdict.next_action
     assert "delete pod -n vcluster-client -l app=vcluster" in verdict.next_action
-    assert key_refused("503 platform token review failed: 401", [], "client") is not None
+    assert (
+        key_refused(
+            "401 auth failed: the platform refuses this tenant cluster's access key (token review: 401)",
+            [],
+            "client",
+        )
+        is not None
+    )
     assert key_refused("ClientConnectorError: refused", [], "client") is None
     malformed = "[error    ] mesh registration rejected [vplane.mesh.node] error='hostname is invalid'"
     assert key_refused("ClientConnectorError: refused", [malformed], "client") is None
@@ -145,7 +162,7 @@ def test_a_refused_client_key_is_the_runbooks_401_section() -> None:
             "default/target": {"groupVersion": "g/v1", "ready": True, "readyReplicas": 1, "replicas": 1}
         }
     }
-    error = "its /metrics/syncer could not be read: 503 platform token review failed: 401"
+    error = "its /metrics/syncer could not be read: 401 auth failed: the platform refuses this tenant cluster's access key (token review: 401)"
     out = render("client", facts, [ReplicaReport(0, verdict, error, [REVOKED])])
     assert error in out
     assert "    verdict: Requests return 401 auth failed" in out

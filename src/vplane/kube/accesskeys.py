@@ -40,6 +40,9 @@ NO_KEY = "no auth key provided"
 """The coordinator's answer to a registration without a key (connected-cluster runbook)."""
 AUTH_FAILED = "auth failed"
 """The 401 message when a tenant cluster refuses a caller's platform access key (resource-proxy runbook)."""
+TENANT_KEY_REFUSED = "the platform refuses this tenant cluster's access key"
+"""Why a tenant cluster answers every caller 401 once the platform refuses the key it reviews tokens with
+(``vplane.tenant.identity``); ``vplane doctor proxy`` looks for it."""
 
 PROJECT_NAMESPACE_PREFIX = "p-"
 ADMINS_GROUP = "loft:admins"

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from vplane.kube.accesskeys import TENANT_KEY_REFUSED
+
 QUARANTINE_LOG = "quarantining proxy target peer host after consecutive dial failures"
 ALL_QUARANTINED_LOG = "all peer hosts for the proxy target are quarantined"
 NO_SYNC_LOG = "peer cache did not sync in time for the startup probe"
@@ -26,7 +28,7 @@ KEY_REFUSED_LOGS = (REGISTRATION_REFUSED_LOG, SESSION_REFUSED_LOG)
 KEY_ERRORS = ("access key", "auth key")
 """What those lines' ``error`` says when the key is the cause (``access key revoked``, ``invalid access key:
 disabled``, ``no auth key provided``), not a malformed registration."""
-TOKEN_REVIEW_REFUSED = "platform token review failed: 401"
+TOKEN_REVIEW_REFUSED = TENANT_KEY_REFUSED
 """What a client replica answers every request through the platform while the platform refuses its key: it
 can no longer ask the platform who the caller is."""
 RUNBOOK_LOGS = (

@@ -28,7 +28,7 @@ import structlog
 
 from vplane.apiserver.context import UserInfo
 from vplane.kube import errors
-from vplane.kube.accesskeys import AUTH_FAILED
+from vplane.kube.accesskeys import AUTH_FAILED, TENANT_KEY_REFUSED
 
 log = structlog.get_logger("vplane.tenant.identity")
 
@@ -73,6 +73,16 @@ Review = Callable[[str], Awaitable[UserInfo | None]]
 """The transport seam: ``token -> identity`` (None when the platform says the token is not valid)."""
 
 
+def review_refused(status: int) -> errors.StatusError:
+    """The answer to a caller when the platform does not answer a token review with 2xx. A 401 or 403 is
+    about this tenant's own access key (disabled, deleted, rotated): it will not pass with a retry, and the
+    runbook's row for it is "401 auth failed" (restart the control plane to take a new key), so the caller
+    gets 401 with why. Anything else is the platform's trouble, passing: 503 and a retry."""
+    if status in (401, 403):
+        return errors.unauthorized(f"{AUTH_FAILED}: {TENANT_KEY_REFUSED} (token review: {status})")
+    return errors.service_unavailable(f"platform token review failed: {status}", 1)
+
+
 class PlatformTokenReviewer:
     def __init__(
         self,
@@ -101,6 +111,7 @@ class PlatformTokenReviewer:
         """Answers dropped to stay within capacity (reported in the log, at most once per TTL)."""
         self._evicted_reported = 0
         self._reported_at: float | None = None
+        self._refusal_logged: float | None = None
         self._session: aiohttp.ClientSession | None = None
         self.reviews = 0
         """Reviews actually sent (tests check that a burst shares one)."""
@@ -167,6 +178,13 @@ class PlatformTokenReviewer:
             self._evicted_reported = self.evicted
             self._reported_at = now
 
+    def _report_refusal(self, status: int) -> None:
+        """Logged once per TTL: every caller's request asks again while the key stays refused."""
+        now = self.clock()
+        if status in (401, 403) and (self._refusal_logged is None or now - self._refusal_logged >= self.ttl):
+            self._refusal_logged = now
+            log.error("the platform refuses this tenant's access key: callers get 401", status=status)
+
     @staticmethod
     def _answer(user: UserInfo | None) -> UserInfo | None:
         if user is None:
@@ -185,9 +203,10 @@ class PlatformTokenReviewer:
                 json=body,
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
             ) as resp:
-                doc = await resp.json(content_type=None)
                 if resp.status // 100 != 2:
-                    raise errors.service_unavailable(f"platform token review failed: {resp.status}", 1)
+                    self._report_refusal(resp.status)
+                    raise review_refused(resp.status)
+                doc = await resp.json(content_type=None)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.warning("platform unreachable for token review", error=str(exc))
             raise errors.service_unavailable(
