@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import http.client
 import json
 import os
 import re
@@ -1313,6 +1314,14 @@ ECHO_SERVER = (
     "import http.server, os\n"
     "class H(http.server.BaseHTTPRequestHandler):\n"
     " def answer(self):\n"
+    "  if self.path == '/page':\n"
+    '   page = b\'<html><body><a href="/next">next</a><img src="rel.png"></body></html>\'\n'
+    "   self.send_response(200); self.send_header('Content-Type', 'text/html; charset=utf-8')\n"
+    "   self.send_header('Access-Control-Allow-Origin', '*'); self.send_header('Content-Length', str(len(page)))\n"
+    "   self.end_headers(); self.wfile.write(page); return\n"
+    "  if self.path == '/go':\n"
+    "   self.send_response(302); self.send_header('Location', '/next'); self.send_header('Content-Length', '0')\n"
+    "   self.end_headers(); return\n"
     "  n = int(self.headers.get('Content-Length') or 0)\n"
     "  body = (self.command + ' ' + self.path + ' ' + self.rfile.read(n).decode() + ' auth=' + str(self.headers.get('Authorization'))).encode()\n"
     "  self.send_response(201 if self.command == 'POST' else 200); self.send_header('X-Pod', os.environ['HOSTNAME'])\n"
@@ -1399,6 +1408,25 @@ def test_pods_services_and_nodes_proxy_through_the_kubelet(cluster: Cluster, k: 
             f"http://127.0.0.1:{port}{base}/services/echo:http/proxy/ui", timeout=10
         ) as resp:
             assert resp.read().decode() == "GET /ui  auth=None" and resp.headers["X-Pod"] == "echo"
+        # As upstream's proxy: links to the backend go through the proxy path, CORS headers are dropped, and
+        # the bare proxy path redirects to itself with a slash.
+        prefix = f"{base}/services/echo:http/proxy"
+        web = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        web.request("GET", prefix + "/page")
+        page = web.getresponse()
+        assert page.read().decode() == (
+            f'<html><body><a href="{prefix}/next">next</a><img src="rel.png"></body></html>'
+        )
+        assert page.getheader("Access-Control-Allow-Origin") is None
+        web.request("GET", prefix + "/go")
+        moved = web.getresponse()
+        moved.read()
+        assert (moved.status, moved.getheader("Location")) == (302, prefix + "/next")
+        web.request("GET", prefix + "?q=1")
+        bare = web.getresponse()
+        bare.read()
+        assert (bare.status, bare.getheader("Location")) == (301, prefix + "/?q=1")
+        web.close()
     finally:
         proxy.kill()
         proxy.communicate()

@@ -32,7 +32,7 @@ from vplane.apiserver.registry import ResourceType
 from vplane.kube import errors, remotecommand
 from vplane.kube.objects import Obj
 from vplane.kube.requestinfo import RequestInfo
-from vplane.support import httprelay, proxypath, requestheader, tls
+from vplane.support import httprelay, proxypath, proxyrewrite, requestheader, tls
 
 if TYPE_CHECKING:
     from vplane.apiserver.server import APIServer
@@ -207,11 +207,23 @@ class KubeletClient:
             raise errors.not_found("nodes", node_name)
         return node
 
-    async def proxy(self, request: web.Request, node: Obj, target: str) -> web.StreamResponse:
+    async def proxy(
+        self, request: web.Request, node: Obj, target: str, path: str, backend_host: str = ""
+    ) -> web.StreamResponse:
         """``nodes/proxy`` (``target`` a kubelet path) and ``pods/``/``services/proxy`` (the kubelet's pod
         proxy, :mod:`vplane.runtime.podproxy`): the request (method, end-to-end headers without the caller's
         credentials, body) goes to the node's kubelet under this server's kubelet client certificate, and the
-        answer comes back as it is, streamed. ``target`` is already percent-encoded."""
+        answer comes back streamed, as upstream's ``UpgradeAwareHandler`` passes it on: a GET of the bare
+        proxy path is redirected to it with a slash, ``X-Forwarded-Uri`` names the caller's path, CORS
+        headers are dropped, and links to the backend (``backend_host``, ``Location``, HTML attributes) go
+        through the proxy path (:mod:`vplane.support.proxyrewrite`). ``target`` and ``path`` (what follows
+        ``/proxy``) are percent-encoded."""
+        raw_path = request.rel_url.raw_path
+        if not path and request.method in ("GET", "HEAD"):
+            query = request.rel_url.raw_query_string
+            location = raw_path + "/" + (f"?{query}" if query else "")
+            return web.Response(status=301, headers={"Location": location})
+        prepend = proxyrewrite.path_prepend(raw_path, path)
         host = node_address(node, self.server.settings.kubelet_preferred_address_types)
         port = kubelet_port(node)
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -219,6 +231,7 @@ class KubeletClient:
         if request.rel_url.raw_query_string:
             url = url.with_query(request.rel_url.raw_query_string)
         headers = requestheader.strip_identity_headers(proxypath.end_to_end(request.headers))
+        headers.append(("X-Forwarded-Uri", proxyrewrite.forwarded_uri(prepend, path)))
         body = await request.read() if request.can_read_body else None
         session = await self._client()
         timeout = aiohttp.ClientTimeout(
@@ -230,10 +243,32 @@ class KubeletClient:
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise errors.kubelet_unreachable(_dial_error(str(url), host, port, exc)) from None
+
+        def link(value: str) -> str:
+            return proxyrewrite.rewrite_url(value, backend_host, request.host, prepend)
+
         async with upstream:
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for key, value in proxypath.end_to_end(upstream.headers):
-                response.headers.add(key, value)
+            answer = [
+                (k, link(v) if k.lower() == "location" else v)
+                for k, v in proxypath.end_to_end(upstream.headers)
+                if k.lower() not in proxyrewrite.CORS_HEADERS
+            ]
+            content_type = upstream.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+            if (
+                content_type == "text/html"
+                and "Location" not in upstream.headers
+                and request.method != "HEAD"
+            ):
+                page = await upstream.read()
+                encoding = upstream.headers.get("Content-Encoding", "")
+                rewritten = proxyrewrite.rewrite_html(page, encoding, backend_host, request.host, prepend)
+                return web.Response(
+                    status=upstream.status,
+                    reason=upstream.reason,
+                    headers=answer,
+                    body=page if rewritten is None else rewritten,
+                )
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=answer)
             if upstream.content_length is not None:
                 response.content_length = upstream.content_length
             await response.prepare(request)

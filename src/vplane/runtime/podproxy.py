@@ -9,8 +9,8 @@ is vplane's own:
     /vplane/podProxy/<scheme>/<namespace>/<pod>/<port><path>?<query>
 
 The answer is passed back as the pod gave it (status, end-to-end headers, body streamed); HTTPS pods are
-not verified, as upstream's proxy transport does not verify them. Links inside HTML answers are not
-rewritten to the proxy path (upstream rewrites them): absolute links in a proxied web UI leave the proxy.
+not verified, as upstream's proxy transport does not verify them. The API server rewrites links to the
+proxy path afterwards (``vplane.support.proxyrewrite``).
 """
 
 from __future__ import annotations

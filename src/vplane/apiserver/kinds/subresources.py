@@ -434,10 +434,10 @@ class Subresources:
         if not node_name or not d(pod.get("status")).get("podIP"):
             raise errors.bad_request(f'pod "{name}" has no address yet')
         kubelets = self.server.reviews.kubelets
-        target = proxypath.pod_proxy_path(
-            scheme or "http", info.namespace, name, _number(port, 80), _tail(request, info)
-        )
-        return await kubelets.proxy(request, kubelets.node(node_name), target)
+        number, tail = _number(port, 80), _tail(request, info)
+        target = proxypath.pod_proxy_path(scheme or "http", info.namespace, name, number, tail)
+        backend = f"{d(pod.get('status')).get('podIP')}:{number}"
+        return await kubelets.proxy(request, kubelets.node(node_name), target, tail, backend)
 
     async def service_proxy(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
@@ -476,10 +476,10 @@ class Subresources:
         if pod is None or not node_name:
             raise errors.service_unavailable(f'no endpoints available for service "{name}"')
         kubelets = self.server.reviews.kubelets
-        target = proxypath.pod_proxy_path(
-            scheme or "http", namespace, str(ref["name"]), ep_port, _tail(request, info)
-        )
-        return await kubelets.proxy(request, kubelets.node(node_name), target)
+        tail = _tail(request, info)
+        target = proxypath.pod_proxy_path(scheme or "http", namespace, str(ref["name"]), ep_port, tail)
+        backend = f"{address.get('ip')}:{ep_port}"
+        return await kubelets.proxy(request, kubelets.node(node_name), target, tail, backend)
 
     async def node_proxy(
         self, request: web.Request, ctx: RequestContext, rtype: ResourceType, info: RequestInfo
@@ -494,7 +494,8 @@ class Subresources:
             raise errors.bad_request(
                 f"only the kubelet's port ({kubelet_port(node)}) of a node can be proxied"
             )
-        return await self.server.reviews.kubelets.proxy(request, node, _tail(request, info) or "/")
+        tail = _tail(request, info)
+        return await self.server.reviews.kubelets.proxy(request, node, tail or "/", tail)
 
     # -- componentstatuses --------------------------------------------------------------------------
 
