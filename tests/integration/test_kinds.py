@@ -957,3 +957,24 @@ def test_helm_chart_installs_and_uninstalls(
         assert kubectl.run("get", resource, f"{release}-app", "-n", namespace, check=False).code != 0
     assert kubectl.run("get", "priorityclass", f"{release}-high", check=False).code != 0
     assert kubectl.run("get", "storageclass", f"{release}-fast", check=False).code != 0
+
+
+def test_metrics_count_requests_as_kube_apiserver_does(k: Kubectl, namespace: str) -> None:
+    """`kubectl get --raw /metrics` (Prometheus's scrape of the API server): upstream's series, readable by
+    cluster admins and the system:monitoring group only."""
+    k.run("create", "configmap", "counted", "-n", namespace, "--from-literal=a=b")
+    k.run("get", "configmap", "counted", "-n", namespace)
+    text = k.run("get", "--raw", "/metrics").out
+    assert "# TYPE apiserver_request_total counter" in text
+    assert "# TYPE apiserver_request_duration_seconds histogram" in text
+    created = (
+        'apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="configmaps",'
+        'scope="namespace",subresource="",verb="POST",version="v1"}'
+    )
+    assert created in text
+    assert 'apiserver_current_inflight_requests{request_kind="readOnly"}' in text
+    assert "process_resident_memory_bytes" in text
+    denied = k.run("get", "--raw", "/metrics", "--as=nobody", check=False)
+    assert denied.code != 0 and 'cannot get path "/metrics"' in denied.stderr
+    allowed = k.run("get", "--raw", "/metrics", "--as=prometheus", "--as-group=system:monitoring")
+    assert "apiserver_request_total" in allowed.out

@@ -233,6 +233,24 @@ def cluster_roles() -> list[Obj]:
             ],
         ),
         _cluster_role(
+            "system:monitoring",
+            [
+                {
+                    "nonResourceURLs": [
+                        "/healthz",
+                        "/healthz/*",
+                        "/livez",
+                        "/livez/*",
+                        "/metrics",
+                        "/metrics/slis",
+                        "/readyz",
+                        "/readyz/*",
+                    ],
+                    "verbs": ["get"],
+                },
+            ],
+        ),
+        _cluster_role(
             "system:public-info-viewer",
             [
                 {
@@ -275,6 +293,7 @@ def cluster_role_bindings() -> list[Obj]:
         _cluster_binding("cluster-admin", "cluster-admin", [_group("system:masters")]),
         _cluster_binding("system:discovery", "system:discovery", [_group("system:authenticated")]),
         _cluster_binding("system:basic-user", "system:basic-user", [_group("system:authenticated")]),
+        _cluster_binding("system:monitoring", "system:monitoring", [_group("system:monitoring")]),
         _cluster_binding(
             "system:public-info-viewer",
             "system:public-info-viewer",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
@@ -34,6 +35,8 @@ from vplane.apiserver.kinds.serviceips import ServiceAllocator
 from vplane.apiserver.objects import ObjectStore
 from vplane.apiserver.openapi import OpenAPI
 from vplane.apiserver.registry import Registry, ResourceType
+from vplane.apiserver.requestmetrics import CONTENT_TYPE as METRICS_TYPE
+from vplane.apiserver.requestmetrics import RequestMetrics
 from vplane.apiserver.reviews import Reviews, SubresourceHandler
 from vplane.apiserver.schemas import SchemaSource
 from vplane.apiserver.settings import APIServerSettings
@@ -91,7 +94,8 @@ class APIServer:
         self.namespaces = NamespaceController(self)
         self.crds = CRDController(self)
         self.gc = GarbageCollector(self)
-        self.extra_routes: dict[str, Route] = {}
+        self.extra_routes: dict[str, Route] = {"/metrics": self._metrics}
+        self.request_metrics = RequestMetrics()
         """Non-resource paths served by add-ons (exact path, or a prefix ending in ``/``)."""
         self.resource_interceptors: list[Interceptor] = []
         """Hooks that may answer a resource request before the local registry (API aggregation)."""
@@ -496,10 +500,32 @@ class APIServer:
     async def _authenticated(self, request: web.Request, user: UserInfo, path: str) -> web.StreamResponse:
         query = request.query
         info = requestinfo.parse(request.method, path, query.get("watch", "").lower() in ("true", "1"))
-        user = await self._impersonate(request, user)
-        ctx = RequestContext(user, info, user_agent=request.headers.get("User-Agent", ""))
-        if request.method in ("POST", "PUT", "PATCH", "DELETE"):
-            self._write_options(request, ctx)
+        metrics = self.request_metrics
+        method = request.method
+        series = metrics.begin(
+            method, info, request.headers.get("Content-Type", "") if method == "PATCH" else ""
+        )
+        began = time.perf_counter()
+        code, dry_run = 500, False
+        try:
+            user = await self._impersonate(request, user)
+            ctx = RequestContext(user, info, user_agent=request.headers.get("User-Agent", ""))
+            if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+                self._write_options(request, ctx)
+                dry_run = ctx.dry_run
+            response = await self._serve(request, ctx, info, path)
+            code = response.status
+            return response
+        except errors.StatusError as exc:
+            code = exc.code
+            raise
+        finally:
+            metrics.end(series, code, time.perf_counter() - began, dry_run, info)
+
+    async def _serve(
+        self, request: web.Request, ctx: RequestContext, info: requestinfo.RequestInfo, path: str
+    ) -> web.StreamResponse:
+        user = ctx.user
         attrs = Attributes(
             user,
             info.verb,
@@ -648,6 +674,12 @@ class APIServer:
         if parts and parts[0] == "openapi":
             return self.openapi.serve(request, parts[1:])
         raise errors.not_found_path()
+
+    async def _metrics(self, request: web.Request, ctx: RequestContext) -> web.StreamResponse:
+        """``/metrics``: this server's request series (:mod:`vplane.apiserver.requestmetrics`)."""
+        if request.method not in ("GET", "HEAD"):
+            raise errors.method_not_allowed()
+        return web.Response(body=self.request_metrics.render(), headers={"Content-Type": METRICS_TYPE})
 
     def _extra_route(self, path: str) -> Route | None:
         route = self.extra_routes.get(path)
