@@ -259,22 +259,27 @@ def wait_status(
 
 
 def _watch_for(k: Kubectl, ns: str, name: str, status: str, within: float = 30) -> None:
-    """Until ``kubectl get pod -w`` prints ``status`` for the pod (a state shown only briefly)."""
-    watch = k.popen("get", "pod", name, "-n", ns, "-w", "--no-headers")
+    """Until ``kubectl get pod -w`` prints ``status`` for the pod (a state shown only briefly). A watch the
+    server ends early is started again, as a controller would."""
+    deadline = time.monotonic() + within
     seen: list[str] = []
-    timer = threading.Timer(within, watch.kill)
-    timer.start()
-    try:
-        assert watch.stdout is not None
-        for line in watch.stdout:
-            seen.append(line.strip())
-            if status in line.split():
-                return
-    finally:
-        timer.cancel()
-        watch.kill()
-        watch.communicate()
-    raise AssertionError(f"not within {within}s: pod {name} {status}; watched {seen}")
+    ended: list[str] = []
+    while time.monotonic() < deadline:
+        watch = k.popen("get", "pod", name, "-n", ns, "-w", "--no-headers")
+        timer = threading.Timer(max(deadline - time.monotonic(), 0.1), watch.kill)
+        timer.start()
+        try:
+            assert watch.stdout is not None
+            for line in watch.stdout:
+                seen.append(line.strip())
+                if status in line.split():
+                    return
+        finally:
+            timer.cancel()
+            watch.kill()
+            _, err = watch.communicate()
+            ended.append(f"exit {watch.returncode}: {err.strip()[-300:]}")
+    raise AssertionError(f"not within {within}s: pod {name} {status}; watched {seen}; watches ended {ended}")
 
 
 def pod_json(k: Kubectl, ns: str, name: str) -> dict[str, Any]:

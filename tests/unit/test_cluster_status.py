@@ -361,3 +361,14 @@ def test_chart_version_is_vplane_version() -> None:
     assert chart["apiVersion"] == "v2"
     assert chart["version"] == project["version"] == vplane.__version__
     assert chart["appVersion"] == project["version"]
+
+
+def test_online_agrees_with_no_online_peers() -> None:
+    """Sessions registered but none answering (an agent frozen): the reason says NoOnlinePeers, so
+    ``status.online`` does not say true beside it."""
+    silent = st.peer_gate(st.Mode.TUNNEL, st.Peers(1, 1, 0), 0.0, 100.0, GRACE)
+    assert silent is not None
+    patch = st.status_patch({"online": True}, silent, online=True)
+    assert patch is not None and patch["reason"] == "NoOnlinePeers" and patch["online"] is False
+    healthy = st.status_patch({}, st.initialized(), online=True)
+    assert healthy is not None and healthy["online"] is True

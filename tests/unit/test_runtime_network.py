@@ -115,3 +115,22 @@ def test_the_resolver_answers_getaddrinfo_first_and_passes_the_rest_on(
     assert infos[0][4] == ("127.96.0.9", 80)
     assert socket.gethostbyname("web.ns.svc.cluster.local") == "127.96.0.9"
     assert socket.getaddrinfo("127.0.0.1", 80, type=socket.SOCK_STREAM)[0][4] == ("127.0.0.1", 80)
+
+
+def test_a_new_pool_starts_at_a_random_place_and_skips_addresses_in_use_on_the_machine(
+    tmp_path: Path,
+) -> None:
+    """Two clusters' nodes on one machine must not hand out the same loopback addresses."""
+    pool = network.AddressPool(
+        "127.10.0.0/16", start=lambda low, high: low + 500, busy=lambda: {"127.10.1.246"}
+    )
+    assert pool.allocate() == "127.10.1.245"  # the 501st address of the range
+    assert pool.allocate() == "127.10.1.247"  # the next one is some other process's: skipped
+    table = tmp_path / "tcp"
+    table.write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue\n"
+        "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000\n"  # 127.0.0.1:8080, listening
+        "   1: 05000A7F:1F90 00000000:0000 0A 00000000:00000000\n"  # 127.10.0.5:8080, listening
+        "   2: 06000A7F:1F90 0100007F:C350 01 00000000:00000000\n"  # 127.10.0.6: a connection, not a listener
+    )
+    assert network.listening_addresses([str(table), str(tmp_path / "missing")]) == {"127.0.0.1", "127.10.0.5"}

@@ -29,7 +29,7 @@ import hashlib
 import ipaddress
 import itertools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,14 +55,34 @@ def _l(value: object) -> list[object]:
 
 
 class AddressPool:
-    """Addresses of a range handed out round-robin; the network and broadcast addresses are never used."""
+    """Addresses of a range handed out round-robin; the network and broadcast addresses are never used.
 
-    def __init__(self, cidr: str, used: Iterable[str] = (), last: str | None = None) -> None:
+    Clusters on one machine share loopback: two nodes of separate clusters (``vplane cluster start`` twice,
+    tests in parallel) would hand out the same addresses from the start of the same range, and a pod that
+    binds its address would then find it taken by another cluster's pod, or answer in its place. A new
+    pool starts at a random place in its range (``start``), and ``busy`` (addresses something on this
+    machine listens on, :func:`listening_addresses`) is skipped."""
+
+    def __init__(
+        self,
+        cidr: str,
+        used: Iterable[str] = (),
+        last: str | None = None,
+        *,
+        start: Callable[[int, int], int] | None = None,
+        busy: Callable[[], set[str]] = lambda: set(),
+    ) -> None:
         self.network = ipaddress.IPv4Network(cidr)
         self.used: set[str] = set(used)
         first = int(self.network.network_address) + 1
         self._first, self._last_int = first, int(self.network.broadcast_address) - 1
-        self._cursor = int(ipaddress.IPv4Address(last)) if last else first - 1
+        if last:
+            self._cursor = int(ipaddress.IPv4Address(last))
+        elif start is not None and self._last_int > first:
+            self._cursor = start(first - 1, self._last_int - 1)
+        else:
+            self._cursor = first - 1
+        self._busy = busy
 
     def __contains__(self, address: str) -> bool:
         try:
@@ -72,10 +92,11 @@ class AddressPool:
 
     def allocate(self) -> str:
         size = self._last_int - self._first + 1
+        busy = self._busy()
         for step in range(1, size + 1):
             candidate = self._first + (self._cursor - self._first + step) % size
             text = str(ipaddress.IPv4Address(candidate))
-            if text not in self.used:
+            if text not in self.used and text not in busy:
                 self.used.add(text)
                 self._cursor = candidate
                 return text
@@ -90,6 +111,25 @@ class AddressPool:
     @property
     def last(self) -> str:
         return str(ipaddress.IPv4Address(max(self._cursor, self._first)))
+
+
+def listening_addresses(tables: Iterable[str] = ("/proc/net/tcp",)) -> set[str]:
+    """IPv4 addresses a TCP socket listens on on this machine (Linux ``/proc/net/tcp``; empty elsewhere)."""
+    found: set[str] = set()
+    for table in tables:
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+                        hex_address = fields[1].split(":", 1)[0]
+                        found.add(
+                            str(ipaddress.IPv4Address(int.from_bytes(bytes.fromhex(hex_address), "little")))
+                        )
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def cluster_ip_for(uid: str, cidr: str, in_use: set[str]) -> str:

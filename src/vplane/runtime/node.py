@@ -18,6 +18,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import random
 import shutil
 import signal
 import time
@@ -202,7 +203,9 @@ class NodeRuntime:
         self.allocatable = nodestatus.allocatable(
             self.machine, settings.max_pods, settings.system_reserved_memory_bytes
         )
-        self.ip_pool = network.AddressPool(settings.pod_cidr)
+        self.ip_pool = network.AddressPool(
+            settings.pod_cidr, start=random.randint, busy=network.listening_addresses
+        )
         self.proxy = network.ServiceProxy()
         self.api_url = settings.api_server_url
         self.ca_pem = b""
@@ -341,7 +344,9 @@ class NodeRuntime:
                 self.ip_pool.reserve(str(saved["ip"]))
         net = read_json(self.settings.data_dir / "network.json")
         if net and net.get("last") and net["last"] in self.ip_pool:
-            self.ip_pool = network.AddressPool(self.settings.pod_cidr, self.ip_pool.used, str(net["last"]))
+            self.ip_pool = network.AddressPool(
+                self.settings.pod_cidr, self.ip_pool.used, str(net["last"]), busy=network.listening_addresses
+            )
 
     async def _remove_orphans(self) -> None:
         """Pods deleted while the runtime was down: end what they left running and remove their files."""

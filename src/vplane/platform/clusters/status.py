@@ -301,11 +301,13 @@ def status_patch(
     current: Mapping[str, Any] | None, outcome: Outcome, online: bool | None
 ) -> dict[str, Any] | None:
     """The ``status`` to write, or None when it already says this. ``online`` is None for clusters where
-    it means nothing (direct-kubeconfig and local ones): the field is then removed."""
+    it means nothing (direct-kubeconfig and local ones): the field is then removed. A cluster whose
+    sessions are registered but none answers (``NoOnlinePeers``) is not online to a reader of the status:
+    ``online`` agrees with the reason beside it."""
     if outcome is SILENT:
         return None
     desired: dict[str, Any] = {"phase": outcome.phase, "reason": outcome.reason, "message": outcome.message}
-    desired["online"] = online
+    desired["online"] = False if online and outcome.reason == NO_ONLINE_PEERS else online
     now = dict(current or {})
     if all(now.get(k) == v for k, v in desired.items()):
         return None
