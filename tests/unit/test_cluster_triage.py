@@ -95,6 +95,25 @@ def test_healthy() -> None:
     assert any("1/1 ready" in e for e in verdict.evidence)
 
 
+def test_healthy_with_the_agent_outside_spec_management_namespace_says_so() -> None:
+    """The platform finds an agent in a default namespace whatever spec.managementNamespace says (runbook
+    003's upgrade table), so the cluster is healthy; the mismatch is shown, as the runbook's last section asks
+    to keep them in sync."""
+    d = diagnostics()
+    d["managementNamespace"] = "wrong-ns"
+    d["sessions"][0]["namespace"] = "vcluster-platform"  # the agent's session says where it runs
+    (verdict,) = tr.triage(cluster("Initialized"), d)
+    assert verdict.row.startswith("Initialized with no reason")
+    assert (
+        "the agent runs in namespace vcluster-platform; spec.managementNamespace is wrong-ns"
+        in verdict.evidence
+    )
+    assert "keep spec.managementNamespace in sync" in verdict.resolution
+    d["managementNamespace"] = "vcluster-platform"
+    (in_sync,) = tr.triage(cluster("Initialized"), d)
+    assert in_sync.resolution == "Nothing to do."
+
+
 def test_still_initializing() -> None:
     assert rows(cluster(), diagnostics(sessions=0, online=0, reachable=False)) == [
         f"{tr.BEFORE} / Still initializing (empty phase and reason)"

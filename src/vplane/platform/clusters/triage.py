@@ -190,6 +190,15 @@ _POD_RESOLUTION = (
 )
 
 
+def _namespace_drift(diagnostics: Mapping[str, Any], online: list[Mapping[str, Any]]) -> str:
+    """An evidence line when the online agents run in a namespace other than spec.managementNamespace."""
+    wanted = str(diagnostics.get("managementNamespace") or "")
+    elsewhere = sorted({str(s.get("namespace")) for s in online if s.get("namespace")} - {wanted})
+    if not wanted or not elsewhere:
+        return ""
+    return f"the agent runs in namespace {', '.join(elsewhere)}; spec.managementNamespace is {wanted}"
+
+
 def triage(cluster: Mapping[str, Any], diagnostics: Mapping[str, Any]) -> list[Verdict]:
     status = cluster.get("status") or {}
     phase, reason, message = (str(status.get(k) or "") for k in ("phase", "reason", "message"))
@@ -425,10 +434,16 @@ def triage(cluster: Mapping[str, Any], diagnostics: Mapping[str, Any]) -> list[V
             evidence = [reported, *(_pod_line(p) for p in pods)]
             if diagnostics.get("mode") == st.Mode.TUNNEL.value:
                 evidence.append(f"tunnel sessions: {len(online)} online")
-            verdicts.append(
-                Verdict(
-                    HEALTHY, "Initialized with no reason: connected and healthy", evidence, "Nothing to do."
+            resolution = "Nothing to do."
+            moved = _namespace_drift(diagnostics, online)
+            if moved:
+                evidence.append(moved)
+                resolution = (
+                    "Nothing to do now; but keep spec.managementNamespace in sync with where the agent runs "
+                    "(the runbook's last section): a mismatch surfaces later as an upgrade loop."
                 )
+            verdicts.append(
+                Verdict(HEALTHY, "Initialized with no reason: connected and healthy", evidence, resolution)
             )
         elif not phase and not reason:
             verdicts.append(
