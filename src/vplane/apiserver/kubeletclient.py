@@ -188,13 +188,7 @@ class KubeletClient:
                 raise errors.kubelet_answer(upstream.status, body, "pods/log", info.name)
             response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
             response.enable_chunked_encoding()
-            await response.prepare(request)
-            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-            with contextlib.suppress(ConnectionResetError):
-                await response.write_eof()
-            return response
+            return await proxypath.relay_body(request, response, upstream)
         finally:
             upstream.release()
 
@@ -271,13 +265,7 @@ class KubeletClient:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=answer)
             if upstream.content_length is not None:
                 response.content_length = upstream.content_length
-            await response.prepare(request)
-            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-            with contextlib.suppress(ConnectionResetError):
-                await response.write_eof()
-            return response
+            return await proxypath.relay_body(request, response, upstream)
 
     # -- exec, attach, port-forward ---------------------------------------------------------------
 

@@ -15,7 +15,6 @@ proxy path afterwards (``vplane.support.proxyrewrite``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import aiohttp
@@ -24,7 +23,7 @@ from aiohttp import web
 
 from vplane.kube import errors
 from vplane.runtime.cri import ContainerRuntime
-from vplane.support.proxypath import POD_PROXY_PREFIX, end_to_end
+from vplane.support.proxypath import POD_PROXY_PREFIX, end_to_end, relay_body
 
 ROUTE = POD_PROXY_PREFIX + "{scheme}/{namespace}/{pod}/{port}{tail:.*}"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -62,18 +61,11 @@ async def pod_proxy_handler(request: web.Request, runtime: ContainerRuntime) -> 
             message = f"error trying to reach service: dial tcp {address}:{port}: {_dial_failure(exc)}"
             return web.json_response(errors.service_unavailable(message).to_status(), status=503)
         async with upstream:
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for key, value in end_to_end(upstream.headers):
-                response.headers.add(key, value)
+            headers = end_to_end(upstream.headers)
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
             if upstream.content_length is not None:
                 response.content_length = upstream.content_length
-            await response.prepare(request)
-            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-            with contextlib.suppress(ConnectionResetError):
-                await response.write_eof()
-            return response
+            return await relay_body(request, response, upstream)
 
 
 def _dial_failure(exc: BaseException) -> str:

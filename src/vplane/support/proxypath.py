@@ -3,8 +3,12 @@ the kubelet path of vplane's pod proxy (``vplane.runtime.podproxy``) and which h
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from urllib.parse import quote
+
+import aiohttp
+from aiohttp import web
 
 from vplane.support.requestheader import HOP_BY_HOP
 
@@ -24,3 +28,17 @@ def end_to_end(headers: Any) -> list[tuple[str, str]]:
         token.strip().lower() for k, v in items if k.lower() == "connection" for token in str(v).split(",")
     }
     return [(k, v) for k, v in items if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+
+
+async def relay_body(
+    request: web.BaseRequest, response: web.StreamResponse, upstream: aiohttp.ClientResponse
+) -> web.StreamResponse:
+    """Send ``response`` (status and headers set) with ``upstream``'s body copied as it arrives: a caller or
+    backend that goes away mid-way ends it quietly."""
+    await response.prepare(request)
+    with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
+    return response

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import posixpath
 import zlib
+from collections.abc import Callable
 from html import escape
 from html.parser import HTMLParser
 from urllib.parse import urlsplit, urlunsplit
@@ -101,7 +102,7 @@ def rewrite_url(target: str, backend_host: str, request_host: str, prepend: str)
 class _Rewriter(HTMLParser):
     """Re-emits the document as read, but for the URL attributes of the tags in :data:`URL_ATTRIBUTES`."""
 
-    def __init__(self, rewrite: _UrlRewrite) -> None:
+    def __init__(self, rewrite: Callable[[str], str]) -> None:
         super().__init__(convert_charrefs=False)
         self.rewrite = rewrite
         self.out: list[str] = []
@@ -153,14 +154,6 @@ class _Rewriter(HTMLParser):
         self.out.append(f"<![{data}]>")
 
 
-class _UrlRewrite:
-    def __init__(self, backend_host: str, request_host: str, prepend: str) -> None:
-        self.args = (backend_host, request_host, prepend)
-
-    def __call__(self, value: str) -> str:
-        return rewrite_url(value, *self.args)
-
-
 def rewrite_html(
     body: bytes, encoding: str, backend_host: str, request_host: str, prepend: str
 ) -> bytes | None:
@@ -178,7 +171,7 @@ def rewrite_html(
             return None
     except (OSError, zlib.error, EOFError):
         return None
-    parser = _Rewriter(_UrlRewrite(backend_host, request_host, prepend))
+    parser = _Rewriter(lambda value: rewrite_url(value, backend_host, request_host, prepend))
     parser.feed(raw.decode("utf-8", errors="surrogateescape"))  # upstream assumes UTF-8 too
     parser.close()
     if parser.rawdata:  # an unfinished construct at the end: kept as it came
