@@ -74,3 +74,13 @@ def test_requests_are_counted_by_code_and_timed_unless_long_running() -> None:
     assert s["apiserver_longrunning_requests"] == [({}, 0.0)]
     assert any(x["verb"] == "WATCH" and v == 1 for x, v in s["apiserver_request_total"])
     assert "process_resident_memory_bytes" in s
+
+
+def test_the_remembered_request_shapes_are_bounded_and_counting_survives_their_eviction() -> None:
+    m = RequestMetrics()
+    m.CACHE_LIMIT = 3
+    for i in range(10):  # ten object names: ten request shapes, one label set
+        m.end(m.begin("GET", _info("GET", f"/api/v1/namespaces/ns/configmaps/c{i}")), 200, 0.001)
+    assert len(m._by_request) <= 3
+    (series,) = m.series.values()
+    assert series.codes == {200: 10} and series.counts[-1] == 10
