@@ -421,6 +421,11 @@ def test_explain_custom_resource(kubectl: Kubectl, widgets: CRD) -> None:
     assert re.search(r"^  size\t<integer>$", out, re.M)
     assert re.search(r"^  tags\t<\[\]string>$", out, re.M)
     assert "How many parts the widget has." in out
+    v2 = kubectl.run(
+        "explain", "widgets.spec", f"--api-version={widgets.group}/v1", "--output", "plaintext-openapiv2"
+    ).out
+    assert re.search(r"^   size\t<integer>", v2, re.M), v2
+    assert "How many parts the widget has." in v2
 
 
 # -- multiple versions -----------------------------------------------------------------------------

@@ -992,6 +992,49 @@ def test_explain_configmaps(kubectl: Kubectl) -> None:
         assert re.search(rf"^  {field}\t<{re.escape(kind)}>$", out, re.M), (field, out)
 
 
+def test_explain_reads_the_v2_document(kubectl: Kubectl) -> None:
+    """`kubectl explain --output plaintext-openapiv2` reads /openapi/v2 as gnostic protobuf (client-go's
+    OpenAPISchema, as Argo CD and older tools do): the kind and its fields with their types."""
+    out = kubectl.run("explain", "configmaps", "--output", "plaintext-openapiv2").out
+    assert re.search(r"^KIND:\s+ConfigMap$", out, re.M)
+    for field, kind in [
+        ("binaryData", "map[string]string"),
+        ("immutable", "boolean"),
+        ("metadata", "Object"),
+    ]:
+        assert re.search(rf"^   {field}\t<{re.escape(kind)}>$", out, re.M), (field, out)
+    nested = kubectl.run("explain", "deployments.spec.strategy", "--output", "plaintext-openapiv2").out
+    assert re.search(r"^   rollingUpdate\t<Object>$", nested, re.M), nested
+
+
+def test_openapi_v2_negotiates_json_or_protobuf_and_answers_not_modified(
+    shared_apiserver: APIServerProcess,
+) -> None:
+    """/openapi/v2 as kube-openapi serves it: JSON by default, gnostic protobuf when asked, 406 for
+    neither, one ETag for both forms and 304 when the client has it."""
+    status, headers, body = shared_apiserver.request("GET", "/openapi/v2")
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    doc = json.loads(body)
+    assert doc["swagger"] == "2.0"
+    pod = doc["definitions"]["io.k8s.api.core.v1.Pod"]
+    assert pod["x-kubernetes-group-version-kind"] == [{"group": "", "kind": "Pod", "version": "v1"}]
+    assert (
+        pod["properties"]["metadata"]["$ref"]
+        == "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    )
+    assert "#/components/" not in body.decode()
+    assert "/api/v1/namespaces/{namespace}/pods/{name}" in doc["paths"]
+    etag = headers["Etag"]
+    proto_status, proto_headers, proto = shared_apiserver.request(
+        "GET", "/openapi/v2", headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"}
+    )
+    assert proto_status == 200
+    assert proto_headers["Content-Type"] == "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    assert proto_headers["Etag"] == etag and proto[:5] == b"\x0a\x032.0"  # field 1 (swagger): "2.0"
+    assert shared_apiserver.request("GET", "/openapi/v2", headers={"Accept": "text/html"})[0] == 406
+    assert shared_apiserver.request("GET", "/openapi/v2", headers={"If-None-Match": etag})[0] == 304
+
+
 def test_diff_shows_change_and_exits_1(kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
     """`kubectl diff -f` shows only the changed data (exit 1) and changes nothing; no change gives exit 0."""
     path = tmp_path / "cm.yaml"

@@ -1121,6 +1121,8 @@ class TestProxy:
         client = env.kubectl("client")
         explained = client.run("explain", "myresources.spec").stdout
         assert "size" in explained and "color" in explained and "MyResource" in explained
+        v2 = client.run("explain", "myresources.spec", "--output", "plaintext-openapiv2").stdout
+        assert "size" in v2 and "color" in v2 and "MyResource" in v2
         root = json.loads(client.run("get", "--raw", "/openapi/v3").stdout)
         assert "apis/example.com/v1" in root["paths"]
         bad = yaml.safe_load(widget("typo"))

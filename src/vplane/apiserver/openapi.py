@@ -1,4 +1,5 @@
-"""OpenAPI v3: the root index and one document per group/version, built from the registry.
+"""OpenAPI v3: the root index and one document per group/version, built from the registry; and the
+Swagger 2.0 document of the whole API at ``/openapi/v2``, converted from them (:mod:`vplane.kube.openapiv2`).
 
 kubectl needs, per group/version, a PATCH operation tagged with ``x-kubernetes-group-version-kind``
 that lists the ``fieldValidation`` query parameter (then it validates server-side and sends
@@ -10,7 +11,9 @@ kubectl's disk cache refreshes when a CRD changes.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
+from email.utils import formatdate
 from typing import Any
 
 import orjson
@@ -18,7 +21,7 @@ from aiohttp import web
 
 from vplane.apiserver.registry import Registry, ResourceType
 from vplane.apiserver.schemas import SchemaSource
-from vplane.kube import errors
+from vplane.kube import errors, gnostic, openapiv2
 from vplane.kube import openapi as builtin_openapi
 
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
@@ -54,6 +57,7 @@ class OpenAPI:
         """Documents of aggregated group/versions, keyed like the root's paths (``apis/<g>/<v>``)."""
         self._docs: dict[str, tuple[bytes, str]] = {}
         self._generation = -1
+        self._v2: _V2 | None = None
 
     def _fresh(self) -> None:
         if self._generation != self.registry.generation:
@@ -158,7 +162,26 @@ class OpenAPI:
                 paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={found[1]}"}
         return orjson.dumps({"paths": dict(sorted(paths.items()))})
 
+    def v2(self) -> _V2:
+        """The Swagger 2.0 document: rebuilt when a group/version or an aggregated document changes."""
+        self._fresh()
+        external = self.external()
+        key = (self._generation, tuple(sorted((k, digest) for k, (_body, digest) in external.items())))
+        if self._v2 is not None and self._v2.key == key:
+            return self._v2
+        docs: list[Any] = []
+        for group, versions in self.registry.group_versions().items():
+            for version in versions:
+                found = self.document(group, version)
+                if found is not None:
+                    docs.append(orjson.loads(found[0]))
+        docs.extend(orjson.loads(body) for _key, (body, _digest) in sorted(external.items()))
+        self._v2 = _V2(key, openapiv2.document(docs, OPENAPI_VERSION))
+        return self._v2
+
     def serve(self, request: web.Request, parts: list[str]) -> web.StreamResponse:
+        if parts == ["v2"]:
+            return self._serve_v2(request)
         if parts == ["v3"]:
             return web.Response(body=self.root(), headers={"Content-Type": "application/json"})
         if len(parts) >= 2 and parts[0] == "v3":
@@ -181,6 +204,23 @@ class OpenAPI:
                 headers["Cache-Control"] = "public, immutable" if wanted else "no-cache, private"
                 return web.Response(body=body, headers=headers)
         raise errors.not_found_path()
+
+    def _serve_v2(self, request: web.Request) -> web.StreamResponse:
+        """kube-openapi's handler: the first Accept clause (by preference) naming JSON or gnostic's
+        protobuf wins, ``*/*`` is JSON, anything else is 406; the ETag is the JSON's hash either way."""
+        proto = openapiv2.negotiate(request.headers.get("Accept", ""))
+        if proto is None:
+            return web.Response(status=406, headers={"Vary": "Accept"})
+        doc = self.v2()
+        headers = {
+            "Content-Type": gnostic.MEDIA_TYPE if proto else "application/json",
+            "Etag": f'"{doc.etag}"',
+            "Last-Modified": doc.modified,
+            "Vary": "Accept",
+        }
+        if request.headers.get("If-None-Match", "") in (f'"{doc.etag}"', "*"):
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=doc.proto() if proto else doc.json, headers=headers)
 
     def _build(self, group: str, version: str, types: list[ResourceType]) -> dict[str, Any]:
         builtin = builtin_openapi.load_builtin()
@@ -297,3 +337,20 @@ def _refs(schema: Any) -> list[str]:
         for value in schema:
             out.extend(_refs(value))
     return out
+
+
+class _V2:
+    """One built v2 document: its JSON, ETag and, made on first request, its protobuf form."""
+
+    def __init__(self, key: Any, doc: dict[str, Any]) -> None:
+        self.key = key
+        self.doc = doc
+        self.json = orjson.dumps(doc)
+        self.etag = hashlib.sha512(self.json).hexdigest().upper()
+        self.modified = formatdate(time.time(), usegmt=True)
+        self._proto: bytes | None = None
+
+    def proto(self) -> bytes:
+        if self._proto is None:
+            self._proto = gnostic.encode_document(self.doc)
+        return self._proto
