@@ -763,6 +763,27 @@ def test_health_endpoints(kubectl: Kubectl, path: str) -> None:
     assert kubectl.run("get", "--raw", path).out == "ok"
 
 
+def test_health_endpoints_list_their_checks_as_upstream(
+    kubectl: Kubectl, shared_apiserver: APIServerProcess
+) -> None:
+    """`?verbose` lists each check and ends `<endpoint> check passed`; `?exclude=` skips one and warns
+    about names that match nothing; `/readyz/<check>` runs one; a check the endpoint lacks is a 404."""
+    assert kubectl.run("get", "--raw", "/readyz?verbose").out == (
+        "[+]ping ok\n[+]log ok\n[+]etcd ok\n[+]etcd-readiness ok\n[+]informer-sync ok\n[+]shutdown ok\n"
+        "readyz check passed\n"
+    )
+    assert kubectl.run("get", "--raw", "/livez?verbose&exclude=etcd&exclude=nope").out == (
+        '[+]ping ok\n[+]log ok\n[+]etcd excluded: ok\nwarn: some health checks cannot be excluded: no matches for "nope"\n'
+        "livez check passed\n"
+    )
+    assert kubectl.run("get", "--raw", "/healthz?verbose").out.endswith("[+]etcd ok\nhealthz check passed\n")
+    assert kubectl.run("get", "--raw", "/readyz/etcd").out == "ok"
+    assert kubectl.run("get", "--raw", "/livez/ping").out == "ok"
+    assert shared_apiserver.request("GET", "/livez/shutdown")[0] == 404  # a readiness check only, as upstream
+    status, headers, body = shared_apiserver.request("GET", "/readyz/shutdown")
+    assert (status, body, headers["Content-Type"]) == (200, b"ok", "text/plain; charset=utf-8")
+
+
 # -- S1 tables -------------------------------------------------------------------------------------
 
 

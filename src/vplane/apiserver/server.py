@@ -20,7 +20,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from vplane.apiserver import authn, builtin, codec, discovery, policy, timeutil, webhooks
+from vplane.apiserver import authn, builtin, codec, discovery, health, policy, timeutil, webhooks
 from vplane.apiserver.admission import Admission, NamespaceLifecycle
 from vplane.apiserver.aggregation import Aggregator
 from vplane.apiserver.authz import Attributes, RBACAuthorizer, RBACIndex, forbidden_reason
@@ -132,6 +132,19 @@ class APIServer:
         self.requestheader_ca_pem = b""
         self.port = settings.listen_port
         self.ready = False
+        """Caches filled and loops started (``informer-sync``)."""
+        self.stopping = False
+        """stop() has begun (``shutdown`` fails, so load balancers take this server out first)."""
+        self._checks: dict[str, health.Check] = {
+            "ping": lambda: None,
+            "log": lambda: None,
+            "etcd": self._store_check,
+            "etcd-readiness": self._store_check,
+            "informer-sync": lambda: (
+                None if self.ready or self.stopping else "the server has not finished starting"
+            ),
+            "shutdown": lambda: "process is shutting down" if self.stopping else None,
+        }
         self._pending_writes = 0
         self._authenticating = 0
         """Requests waiting on a token authenticator that may ask another server."""
@@ -214,6 +227,7 @@ class APIServer:
 
     async def stop(self) -> None:
         self.ready = False
+        self.stopping = True
         self.hub.close_all()
         await cancel_and_wait(self._tasks)
         if self._runner is not None:
@@ -485,7 +499,7 @@ class APIServer:
         if user is not None:
             return await self._authenticated(request, user, path)
         if path in PUBLIC_PATHS:
-            return self._public(path)
+            return self._public(request, path)
         if not self.settings.anonymous_auth:
             raise errors.unauthorized()
         # Anonymous requests may be long (watches): capped, so anonymous callers cannot hold the server.
@@ -600,15 +614,26 @@ class APIServer:
             imp.extra,
         )
 
-    def _public(self, path: str) -> web.StreamResponse:
+    def _public(self, request: web.Request, path: str) -> web.StreamResponse:
         if path.startswith("/version"):
             return json_response(orjson.dumps(self.version_info()))
-        return self._health(path)
+        endpoint, _, check = path.strip("/").partition("/")
+        found = health.answer(
+            endpoint, check or None, {k: request.query.getall(k) for k in request.query}, self._checks
+        )
+        if found is None:
+            raise errors.not_found_path()
+        status, text = found
+        return web.Response(
+            status=status,
+            text=text,
+            content_type="text/plain",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
 
-    def _health(self, path: str) -> web.StreamResponse:
-        if path == "/readyz" and not self.ready:
-            return web.Response(status=500, text="[-]ready failed: not started\nreadyz check failed\n")
-        return web.Response(text="ok", content_type="text/plain")
+    def _store_check(self) -> str | None:
+        failure = self.store.failure
+        return None if failure is None else f"the store refuses writes: {failure}"
 
     def version_info(self) -> Obj:
         version = self.settings.kubernetes_version
@@ -639,7 +664,7 @@ class APIServer:
         if route is not None:
             return await route(request, ctx)
         if path in PUBLIC_PATHS or path.startswith(("/healthz/", "/livez/", "/readyz/")):
-            return self._public(path)
+            return self._public(request, path)
         parts = [p for p in path.split("/") if p]
         accept = request.headers.get("Accept", "")
         if parts == ["api"]:

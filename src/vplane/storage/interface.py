@@ -87,6 +87,10 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
     @property
+    def failure(self) -> StorageError | None:
+        """Why the store refuses writes (a commit failed), or None while it takes them."""
+
+    @property
     def revision(self) -> int:
         """The newest committed revision this process has seen."""
 

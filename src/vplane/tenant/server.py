@@ -124,7 +124,7 @@ class TenantServer:
     async def start(self) -> None:
         await self._deny_platform_addresses()
         await self.api.start()
-        # /readyz answers "not started" until this replica has joined the mesh and started its proxies: a pod's
+        # /readyz fails its informer-sync check until this replica has joined the mesh and started its proxies: a pod's
         # readiness probe reads it, as the process placement waits for start() to return.
         self.api.ready = False
         await self._bootstrap()
