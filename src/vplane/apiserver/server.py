@@ -44,6 +44,8 @@ from vplane.apiserver.watch import WatchEvent, WatchHub
 from vplane.kube import errors, requestinfo, services, tables
 from vplane.kube.objects import Obj
 from vplane.storage.cache import Cache
+from vplane.storage.etcd import EtcdStore
+from vplane.storage.etcd import ssl_context as etcd_ssl_context
 from vplane.storage.interface import Store
 from vplane.storage.sqlite import SQLiteStore
 from vplane.support import httpserver, kubeconfig, requestheader, tls
@@ -67,13 +69,7 @@ class APIServer:
         self.settings = settings
         self.clock = clock
         self.data_dir = settings.data_dir
-        self.store: Store = store or SQLiteStore(
-            self.data_dir / "state.db",
-            durable=settings.durable,
-            shared=settings.shared_store,
-            writes_in_flight=lambda: self._pending_writes,
-            commit_linger=settings.commit_linger_seconds,
-        )
+        self.store: Store = store or self._store(settings)
         self.cache = Cache(self.store, window=settings.history_window)
         self.registry = Registry()
         builtin.install(self.registry, clock)
@@ -138,8 +134,8 @@ class APIServer:
         self._checks: dict[str, health.Check] = {
             "ping": lambda: None,
             "log": lambda: None,
-            "etcd": self._store_check,
-            "etcd-readiness": self._store_check,
+            "etcd": lambda: self.store.problem(),
+            "etcd-readiness": lambda: self.store.problem(),
             "informer-sync": lambda: (
                 None if self.ready or self.stopping else "the server has not finished starting"
             ),
@@ -631,9 +627,23 @@ class APIServer:
             headers={"X-Content-Type-Options": "nosniff"},
         )
 
-    def _store_check(self) -> str | None:
-        failure = self.store.failure
-        return None if failure is None else f"the store refuses writes: {failure}"
+    def _store(self, settings: APIServerSettings) -> Store:
+        if settings.storage_backend == "etcd":
+            return EtcdStore(
+                settings.etcd_servers,
+                prefix=settings.etcd_prefix,
+                ssl_context=etcd_ssl_context(
+                    settings.etcd_cafile, settings.etcd_certfile, settings.etcd_keyfile
+                ),
+                request_timeout=settings.etcd_request_timeout_seconds,
+            )
+        return SQLiteStore(
+            self.data_dir / "state.db",
+            durable=settings.durable,
+            shared=settings.shared_store,
+            writes_in_flight=lambda: self._pending_writes,
+            commit_linger=settings.commit_linger_seconds,
+        )
 
     def version_info(self) -> Obj:
         version = self.settings.kubernetes_version

@@ -6,7 +6,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vplane.kube.serviceip import PortRange
 
@@ -26,6 +26,18 @@ class APIServerSettings(BaseModel):
     commit_linger_seconds: float = Field(default=0.005, ge=0, le=1)
     """Longest a commit waits for write requests already being processed to reach the store, so one
     fsync serves them all (only while such requests exist; 0 turns the wait off)."""
+    storage_backend: Literal["sqlite", "etcd"] = "sqlite"
+    """Where objects live: a SQLite file in the data directory, or etcd (replicas on several machines)."""
+    etcd_servers: list[str] = Field(default_factory=list)
+    """etcd client URLs (kube-apiserver's ``--etcd-servers``), tried in turn; needed for ``etcd``."""
+    etcd_prefix: str = "/registry"
+    """Key prefix in etcd (``--etcd-prefix``), so several clusters can share one etcd."""
+    etcd_cafile: Path | None = None
+    etcd_certfile: Path | None = None
+    etcd_keyfile: Path | None = None
+    """TLS to etcd and the client certificate (``--etcd-cafile``, ``--etcd-certfile``, ``--etcd-keyfile``)."""
+    etcd_request_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Longest one etcd call may take on one endpoint before the next is tried."""
     shared_store: bool = False
     """Several processes (replicas of one tenant) use the same store file; each catches up on the others."""
     kubeconfig_name: str = "kubeconfig.yaml"
@@ -236,3 +248,19 @@ class APIServerSettings(BaseModel):
         if value:
             ipaddress.ip_address(value)
         return value
+
+    @field_validator("etcd_servers")
+    @classmethod
+    def _etcd_servers(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an etcd client URL (http://host:port or https://host:port)")
+        return value
+
+    @model_validator(mode="after")
+    def _etcd_backend(self) -> APIServerSettings:
+        if self.storage_backend == "etcd" and not self.etcd_servers:
+            raise ValueError("storage_backend etcd needs etcd_servers (the etcd client URLs)")
+        if self.etcd_keyfile is not None and self.etcd_certfile is None:
+            raise ValueError("etcd_keyfile needs etcd_certfile")
+        return self

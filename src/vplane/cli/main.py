@@ -64,10 +64,12 @@ def _platform_nested() -> list[tuple[tuple[str, ...], type[BaseModel]]]:
 
 
 def _store_failure(store: Store) -> Any:
-    """What a server process stops on: its SQLite store's writer failing (see storage.sqlite)."""
+    """What a server process stops on: its SQLite store's writer failing (see storage.sqlite), or its
+    etcd watch falling behind compaction (see storage.etcd)."""
+    from vplane.storage.etcd import EtcdStore
     from vplane.storage.sqlite import SQLiteStore
 
-    return store.wait_failed if isinstance(store, SQLiteStore) else None
+    return store.wait_failed if isinstance(store, SQLiteStore | EtcdStore) else None
 
 
 @click.group()

@@ -90,6 +90,10 @@ class Store(Protocol):
     def failure(self) -> StorageError | None:
         """Why the store refuses writes (a commit failed), or None while it takes them."""
 
+    def problem(self) -> str | None:
+        """Why the store cannot serve right now (failed for good, or its server unreachable), or None:
+        what the ``etcd`` health check reports."""
+
     @property
     def revision(self) -> int:
         """The newest committed revision this process has seen."""

@@ -180,6 +180,9 @@ class SQLiteStore:
         """Why the writer stopped, once a commit failed."""
         return self._failure
 
+    def problem(self) -> str | None:
+        return None if self._failure is None else f"the store refuses writes: {self._failure}"
+
     async def wait_failed(self) -> StorageError:
         """Return when a commit has failed and the store refuses writes (a process stops on it)."""
         assert self._failed is not None, "store not started"
