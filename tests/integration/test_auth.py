@@ -437,6 +437,120 @@ def test_service_account_token_authenticates(kubectl: Kubectl, namespace: str) -
     assert result.stdout == "yes\n"
 
 
+def _jwt_claims(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return claims
+
+
+def test_service_account_tokens_are_jwts_others_can_check_and_survive_a_restart(
+    apiserver: APIServerProcess, kubectl_path: str, tmp_path: Path
+) -> None:
+    """Bound tokens as upstream's: a JWT with the issuer, audience, expiry and account claims, whose key
+    the OIDC discovery endpoints publish (readable by service accounts), still good after the API server
+    restarts (it signs with its persistent key, not a table in memory)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+    apiserver.start()
+    k = Kubectl(kubectl_path, apiserver.kubeconfig, tmp_path / "cache")
+    k.run("create", "serviceaccount", "robot", "-n", "default")
+    token = k.run("create", "token", "robot", "-n", "default", "--duration=1h").stdout.strip()
+    claims = _jwt_claims(token)
+    assert claims["iss"] == claims["aud"][0] == "https://kubernetes.default.svc.cluster.local"
+    assert claims["sub"] == "system:serviceaccount:default:robot" and claims["exp"] - claims["iat"] == 3600
+    assert claims["kubernetes.io"]["serviceaccount"]["name"] == "robot" and claims["jti"]
+    config = json.loads(k.run(f"--token={token}", "get", "--raw", "/.well-known/openid-configuration").stdout)
+    assert config["issuer"] == claims["iss"] and config["jwks_uri"].endswith("/openid/v1/jwks")
+    (jwk,) = json.loads(k.run(f"--token={token}", "get", "--raw", "/openid/v1/jwks").stdout)["keys"]
+
+    def unb64(text: str) -> bytes:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+    public = ec.EllipticCurvePublicNumbers(
+        int.from_bytes(unb64(jwk["x"]), "big"), int.from_bytes(unb64(jwk["y"]), "big"), ec.SECP256R1()
+    ).public_key()
+    head, payload, signature = token.split(".")
+    assert json.loads(unb64(head)) == {"alg": "ES256", "kid": jwk["kid"]}
+    raw = unb64(signature)
+    der = encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+    public.verify(der, f"{head}.{payload}".encode(), ec.ECDSA(hashes.SHA256()))  # raises if not signed
+    apiserver.restart()
+    info = whoami(k.run(f"--token={token}", "auth", "whoami").stdout)
+    assert info["Username"] == "system:serviceaccount:default:robot"
+    assert info["Extra: authentication.kubernetes.io/credential-id"] == f"[JTI={claims['jti']}]"
+    k.run("delete", "serviceaccount", "robot", "-n", "default")
+    assert (
+        k.run(f"--token={token}", "auth", "whoami", check=False).code == 1
+    )  # the account is gone: so is the token
+
+
+def test_tokens_for_other_audiences_and_tokens_bound_to_a_pod(
+    kubectl: Kubectl, namespace: str, shared_apiserver: APIServerProcess
+) -> None:
+    """A token requested for another audience does not log in here, but a TokenReview for that audience
+    accepts it; a token bound to a pod names the pod and ends with it."""
+    kubectl.run("create", "serviceaccount", "app", "-n", namespace)
+    vault = kubectl.run("create", "token", "app", "-n", namespace, "--audience=vault").stdout.strip()
+    assert _jwt_claims(vault)["aud"] == ["vault"]
+    assert kubectl.run(f"--token={vault}", "auth", "whoami", check=False).code == 1
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": vault}}
+    status, answer = post(shared_apiserver, "/apis/authentication.k8s.io/v1/tokenreviews", review)
+    assert (status, answer["status"]["authenticated"]) == (201, False)
+    review["spec"]["audiences"] = ["vault", "other"]
+    _, answer = post(shared_apiserver, "/apis/authentication.k8s.io/v1/tokenreviews", review)
+    assert answer["status"]["authenticated"] is True and answer["status"]["audiences"] == ["vault"]
+    assert answer["status"]["user"]["username"] == f"system:serviceaccount:{namespace}:app"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {
+            "serviceAccountName": "app",
+            "nodeName": "nowhere",
+            "containers": [{"name": "c", "image": "x"}],
+        },
+    }
+    kubectl.run("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
+    bound = kubectl.run(
+        "create", "token", "app", "-n", namespace, "--bound-object-kind=Pod", "--bound-object-name=p"
+    ).stdout.strip()
+    uid = kubectl.run("get", "pod", "p", "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
+    assert _jwt_claims(bound)["kubernetes.io"]["pod"] == {"name": "p", "uid": uid}
+    info = whoami(kubectl.run(f"--token={bound}", "auth", "whoami").stdout)
+    assert info["Extra: authentication.kubernetes.io/pod-name"] == "[p]"
+    assert info["Extra: authentication.kubernetes.io/pod-uid"] == f"[{uid}]"
+    kubectl.run("create", "serviceaccount", "other", "-n", namespace)
+    other = kubectl.fails(
+        "create", "token", "other", "-n", namespace, "--bound-object-kind=Pod", "--bound-object-name=p"
+    )
+    assert other.stderr == (
+        'error: failed to create token: cannot bind token for serviceaccount "other" to pod running with '
+        "different serviceaccount name.\n"
+    )
+    mismatch = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p", "uid": "not-its-uid"}},
+    }
+    status, answer = post(
+        shared_apiserver, f"/api/v1/namespaces/{namespace}/serviceaccounts/app/token", mismatch
+    )
+    assert (status, answer["message"]) == (
+        409,
+        'Operation cannot be fulfilled on Pod "p": the UID in the bound object reference (not-its-uid) does '
+        "not match the UID in record. The object might have been deleted and then recreated",
+    )
+    mismatch["spec"]["boundObjectRef"] = {"kind": "ConfigMap", "apiVersion": "v1", "name": "p"}
+    status, answer = post(
+        shared_apiserver, f"/api/v1/namespaces/{namespace}/serviceaccounts/app/token", mismatch
+    )
+    assert (status, answer["message"]) == (400, "cannot bind token to object of type /v1, Kind=ConfigMap")
+    kubectl.run("delete", "pod", "p", "-n", namespace, "--grace-period=0", "--force")
+    assert kubectl.run(f"--token={bound}", "auth", "whoami", check=False).code == 1
+
+
 def test_token_request_for_missing_service_account_is_404(kubectl: Kubectl, namespace: str) -> None:
     """`kubectl create token` for a service account that does not exist fails with NotFound."""
     result = kubectl.fails("create", "token", "ghost", "-n", namespace)

@@ -76,35 +76,70 @@ def test_the_cap_setting_is_checked_as_upstream_checks_its_flag() -> None:
             APIServerSettings(data_dir="/tmp/x", service_account_max_token_expiration_seconds=bad)
 
 
-def test_a_token_works_only_while_its_account_with_that_uid_exists() -> None:
-    store = satokens.ServiceAccountTokens()
-    accounts = {("ns", "sa"): "uid-1"}
-    token, user = store.issue("ns", "sa", "uid-1", expires=2000.0, now=1000.0)
-    assert user.name == "system:serviceaccount:ns:sa" and user.uid == "uid-1"
-
-    def live(ns: str, name: str) -> str | None:
-        return accounts.get((ns, name))
-
-    assert store.lookup(token, 1000.0, live) == user
-    accounts[("ns", "sa")] = "uid-2"  # deleted and created again
-    assert store.lookup(token, 1000.0, live) is None
-    accounts[("ns", "sa")] = "uid-1"
-    assert store.lookup(token, 1000.0, live) is None, "a refused token stays refused"
-    assert len(store) == 0
+def _claims(**overrides: object) -> dict[str, object]:
+    claims = satokens.claims_for(
+        audiences=["https://kubernetes.default.svc.cluster.local", "vault"],
+        namespace="ns",
+        name="sa",
+        uid="uid-1",
+        now=1000.0,
+        expires=4600.0,
+        bound=satokens.Bound("Pod", "web-0", "pod-uid"),
+        jti="j-1",
+    )
+    claims.update(overrides)
+    return claims
 
 
-def test_expired_tokens_are_purged_from_memory() -> None:
-    store = satokens.ServiceAccountTokens()
-    tokens = [store.issue("ns", "sa", "u", expires=1000.0 + i, now=0.0)[0] for i in range(1000)]
-    assert len(store) == 1000
-    assert store.lookup(tokens[-1], 1500.0, lambda ns, name: "u") is not None
-    assert len(store) == 499  # expiry 1000..1500 inclusive went
-    store.issue("ns", "sa", "u", expires=10_000.0, now=5000.0)
-    assert len(store) == 1
-    assert store.lookup(tokens[-1], 5000.0, lambda ns, name: "u") is None
+def test_claims_are_upstreams_bound_token_claims() -> None:
+    assert _claims() == {
+        "aud": ["https://kubernetes.default.svc.cluster.local", "vault"],
+        "exp": 4600,
+        "iat": 1000,
+        "iss": "https://kubernetes.default.svc.cluster.local",
+        "jti": "j-1",
+        "kubernetes.io": {
+            "namespace": "ns",
+            "serviceaccount": {"name": "sa", "uid": "uid-1"},
+            "pod": {"name": "web-0", "uid": "pod-uid"},
+        },
+        "nbf": 1000,
+        "sub": "system:serviceaccount:ns:sa",
+    }
 
 
-def test_unknown_tokens_are_not_found() -> None:
-    store = satokens.ServiceAccountTokens()
-    assert store.lookup("vpsa-nope", 0.0, lambda ns, name: "u") is None
-    assert store.lookup("other", 0.0, lambda ns, name: "u") is None
+def test_a_subject_names_the_account_the_bound_pod_and_the_credential() -> None:
+    subject = satokens.subject_of(_claims(), 2000.0, [satokens.ISSUER])
+    assert subject is not None and subject.audiences == (satokens.ISSUER,)
+    user = subject.user()
+    assert (user.name, user.uid) == ("system:serviceaccount:ns:sa", "uid-1")
+    assert user.groups == ("system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated")
+    assert user.extra == {
+        "authentication.kubernetes.io/pod-name": ("web-0",),
+        "authentication.kubernetes.io/pod-uid": ("pod-uid",),
+        "authentication.kubernetes.io/credential-id": ("JTI=j-1",),
+    }
+    assert subject.bound == satokens.Bound("Pod", "web-0", "pod-uid")
+
+
+@pytest.mark.parametrize(
+    ("claims", "now", "audiences"),
+    [
+        (_claims(), 999.0, [satokens.ISSUER]),  # before nbf
+        (_claims(), 4600.0, [satokens.ISSUER]),  # at exp
+        (_claims(), 2000.0, ["other"]),  # meant for other audiences
+        (_claims(aud="vault"), 2000.0, [satokens.ISSUER]),
+        (_claims(iss="kubernetes/serviceaccount"), 2000.0, [satokens.ISSUER]),  # a legacy token's issuer
+        (_claims(exp="soon"), 2000.0, [satokens.ISSUER]),
+        (_claims(**{"kubernetes.io": {"namespace": "ns"}}), 2000.0, [satokens.ISSUER]),
+    ],
+)
+def test_claims_that_do_not_make_a_subject(
+    claims: dict[str, object], now: float, audiences: list[str]
+) -> None:
+    assert satokens.subject_of(claims, now, audiences) is None
+
+
+def test_a_single_audience_string_counts_and_only_matching_audiences_are_reported() -> None:
+    subject = satokens.subject_of(_claims(aud="vault"), 2000.0, ["vault", "x"])
+    assert subject is not None and subject.audiences == ("vault",)

@@ -251,6 +251,20 @@ def cluster_roles() -> list[Obj]:
             ],
         ),
         _cluster_role(
+            "system:service-account-issuer-discovery",
+            [
+                {
+                    "nonResourceURLs": [
+                        "/.well-known/openid-configuration",
+                        "/.well-known/openid-configuration/",
+                        "/openid/v1/jwks",
+                        "/openid/v1/jwks/",
+                    ],
+                    "verbs": ["get"],
+                },
+            ],
+        ),
+        _cluster_role(
             "system:public-info-viewer",
             [
                 {
@@ -294,6 +308,11 @@ def cluster_role_bindings() -> list[Obj]:
         _cluster_binding("system:discovery", "system:discovery", [_group("system:authenticated")]),
         _cluster_binding("system:basic-user", "system:basic-user", [_group("system:authenticated")]),
         _cluster_binding("system:monitoring", "system:monitoring", [_group("system:monitoring")]),
+        _cluster_binding(
+            "system:service-account-issuer-discovery",
+            "system:service-account-issuer-discovery",
+            [_group("system:serviceaccounts")],
+        ),
         _cluster_binding(
             "system:public-info-viewer",
             "system:public-info-viewer",

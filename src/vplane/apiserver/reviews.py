@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import hmac
+import json
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -58,7 +60,6 @@ def pod_container(pod: Obj, container: str) -> str:
 class Reviews:
     def __init__(self, server: APIServer) -> None:
         self.server = server
-        self.service_account_tokens = satokens.ServiceAccountTokens()
         self._legacy_key: tuple[bytes, ec.EllipticCurvePublicKey | None] | None = None
         """The cluster CA's public key, which verifies legacy Secret-based tokens (kept per certificate)."""
         self.kubelets = KubeletClient(server)
@@ -74,6 +75,8 @@ class Reviews:
             if rtype.resource in handlers and not rtype.stored:
                 rtype.create_handler = self._into_schema(rtype, handlers[rtype.resource])
         server.token_authenticators.append(self)
+        for path in (satokens.OPENID_CONFIGURATION, satokens.JWKS):
+            server.extra_routes[path] = server.extra_routes[path + "/"] = self._issuer_discovery
 
     def _into_schema(self, rtype: ResourceType, handler: CreateHandler) -> CreateHandler:
         definition = self.server.schemas.definition_name(rtype)
@@ -253,18 +256,26 @@ class Reviews:
         spec = obj.get("spec") or {}
         token = str(spec.get("token", ""))
         user: UserInfo | None = None
+        requested = [str(a) for a in spec.get("audiences") or []]
+        answered = requested
         if token:
-            for authenticator in self.server.token_authenticators:
+            subject = self.service_account_subject(token, requested or [satokens.ISSUER])
+            if subject is not None:
+                user = subject.user()
+                answered = list(subject.audiences) if requested else []  # the ones the token is good for
+            for authenticator in self.server.token_authenticators if user is None else ():
                 try:
-                    user = await authenticator.authenticate_token(token)
+                    if authenticator is self:  # bound tokens were checked above, for these audiences
+                        user = self._legacy_token_user(token) if token.count(".") == 2 else None
+                    else:
+                        user = await authenticator.authenticate_token(token)
                 except errors.StatusError:
                     user = None
                 if user is not None:
                     break
         status: Obj = {"authenticated": user is not None, "user": user.to_dict() if user else {}}
-        audiences = spec.get("audiences")
-        if audiences:
-            status["audiences"] = audiences
+        if answered:
+            status["audiences"] = answered
         if user is None:
             status["error"] = "invalid bearer token"
         obj["status"] = status
@@ -300,32 +311,139 @@ class Reviews:
         if shortened:
             ctx.warn(shortened)
         spec["expirationSeconds"] = seconds
+        audiences = [str(a) for a in spec.get("audiences") or []] or [satokens.ISSUER]
+        spec["audiences"] = audiences
+        bound = self._bound_object(info.namespace, info.name, spec.get("boundObjectRef"))
+        key = self._signing_key()
         now = self.server.clock()
         expires = now + seconds
-        token, _ = self.service_account_tokens.issue(
-            info.namespace, info.name, str(account["metadata"].get("uid", "")), expires, now
+        claims = satokens.claims_for(
+            audiences=audiences,
+            namespace=info.namespace,
+            name=info.name,
+            uid=str(account["metadata"].get("uid", "")),
+            now=now,
+            expires=expires,
+            bound=bound,
+            jti=str(uuid.uuid4()),
         )
+        token = legacytokens.sign(key, claims, legacytokens.key_id(key.public_key()))
         obj["status"] = {"token": token, "expirationTimestamp": timeutil.rfc3339(expires)}
         obj.setdefault("metadata", {}).update({"name": info.name, "namespace": info.namespace})
         return object_response(
             _typed(obj, "authentication.k8s.io/v1", "TokenRequest"), response_format(request), 201, ctx
         )
 
-    async def authenticate_token(self, token: str) -> UserInfo | None:
-        user = self.service_account_tokens.lookup(token, self.server.clock(), self._live_account)
-        if user is None and token.count(".") == 2:
-            user = self._legacy_token_user(token)
-        return user
+    async def authenticate_token(self, token: str, audiences: list[str] | None = None) -> UserInfo | None:
+        """A service-account token: bound (TokenRequest) for ``audiences`` (the API server's own by
+        default), or legacy (Secret-based, audience-free as upstream's)."""
+        if token.count(".") != 2:
+            return None
+        subject = self.service_account_subject(token, audiences or [satokens.ISSUER])
+        if subject is not None:
+            return subject.user()
+        return self._legacy_token_user(token)
 
-    def _legacy_token_user(self, token: str) -> UserInfo | None:
-        """A legacy Secret-based token (``legacytokens``): signed with the cluster CA's key, held by its
-        Secret still, and its account still there with the same UID (upstream's legacy validator)."""
+    def service_account_subject(self, token: str, audiences: list[str]) -> satokens.Subject | None:
+        key = self._public_key()
+        claims = legacytokens.signed_claims(token, key) if key is not None else None
+        if claims is None:
+            return None
+        subject = satokens.subject_of(claims, self.server.clock(), audiences)
+        if subject is None or self._live_account(subject.namespace, subject.name) != subject.uid:
+            return None
+        if (
+            subject.bound is not None
+            and self._live_uid(subject.namespace, subject.bound) != subject.bound.uid
+        ):
+            return None  # the pod, secret or node it was bound to is gone (or was created again)
+        return subject
+
+    async def _issuer_discovery(self, request: web.Request, ctx: RequestContext) -> web.StreamResponse:
+        """Service account issuer discovery (OIDC): where the keys are, and the keys, so others can check
+        this cluster's tokens (upstream's ``/.well-known/openid-configuration`` and ``/openid/v1/jwks``)."""
+        if request.method not in ("GET", "HEAD"):
+            raise errors.method_not_allowed()
+        key = self._public_key()
+        if key is None:
+            raise errors.not_found_path()
+        if request.path.rstrip("/") == satokens.JWKS:
+            body, kind = {"keys": [legacytokens.jwk(key)]}, "application/jwk-set+json"
+        else:
+            body, kind = satokens.openid_configuration(f"https://{request.host}"), "application/json"
+        return web.Response(
+            body=json.dumps(body).encode(),
+            headers={"Content-Type": kind, "Cache-Control": "public, max-age=3600"},
+        )
+
+    def _signing_key(self) -> ec.EllipticCurvePrivateKey:
+        ca = self.server.ca
+        if ca is None:
+            raise errors.internal_error("no service-account signing key")
+        return legacytokens.load_signing_key(ca.key_pem)
+
+    def _public_key(self) -> ec.EllipticCurvePublicKey | None:
         ca = self.server.ca
         if ca is None:
             return None
         if self._legacy_key is None or self._legacy_key[0] != ca.cert_pem:
             self._legacy_key = (ca.cert_pem, legacytokens.public_key_of_certificate(ca.cert_pem))
-        key = self._legacy_key[1]
+        return self._legacy_key[1]
+
+    def _bound_object(self, namespace: str, account: str, ref: object) -> satokens.Bound | None:
+        """TokenRequest's ``boundObjectRef``, checked as upstream checks it: a Pod, Secret or Node that
+        exists (NotFound otherwise), with the UID given if one is, and a pod must run as this account."""
+        if not isinstance(ref, dict) or not ref:
+            return None
+        kind, name, uid = str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", ""))
+        if kind not in satokens.BOUND_KINDS:
+            api_version = str(ref.get("apiVersion", ""))
+            group, _, version = api_version.rpartition("/")
+            raise errors.bad_request(f"cannot bind token to object of type {group}/{version}, Kind={kind}")
+        resource = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}[kind]
+        rtype = self.server.registry.get("", "v1", resource)
+        found = self.server.objects.get(rtype, "" if kind == "Node" else namespace, name) if rtype else None
+        if found is None:
+            raise errors.not_found(resource, name)
+        actual = str(found["metadata"].get("uid", ""))
+        if uid and uid != actual:
+            raise errors.conflict(
+                kind,  # upstream names the kind here, not the resource
+                name,
+                reason=f"the UID in the bound object reference ({uid}) does not match the UID in record. "
+                "The object might have been deleted and then recreated",
+            )
+        if kind == "Pod" and (found.get("spec") or {}).get("serviceAccountName", "default") != account:
+            raise errors.bad_request(
+                f'cannot bind token for serviceaccount "{account}" to pod running with different '
+                "serviceaccount name."
+            )
+        return satokens.Bound(kind, name, actual)
+
+    def _live_uid(self, namespace: str, bound: satokens.Bound) -> str | None:
+        resource = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}[bound.kind]
+        rtype = self.server.registry.get("", "v1", resource)
+        found = (
+            self.server.objects.get(rtype, "" if bound.kind == "Node" else namespace, bound.name)
+            if rtype is not None
+            else None
+        )
+        if found is None:
+            return None
+        deleting = found["metadata"].get("deletionTimestamp")
+        if (
+            bound.kind == "Pod"
+            and deleting
+            and (timeutil.parse_time(str(deleting)) or 0.0) < self.server.clock() - 60
+        ):
+            return None  # upstream keeps a terminating pod's tokens working until a minute past its deadline
+
+        return str(found["metadata"].get("uid", ""))
+
+    def _legacy_token_user(self, token: str) -> UserInfo | None:
+        """A legacy Secret-based token (``legacytokens``): signed with the cluster CA's key, held by its
+        Secret still, and its account still there with the same UID (upstream's legacy validator)."""
+        key = self._public_key()
         claims = legacytokens.verify(token, key) if key is not None else None
         if claims is None:
             return None

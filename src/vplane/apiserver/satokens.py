@@ -1,9 +1,14 @@
-"""Service-account tokens from TokenRequest: how long one lives, and which ones still work.
+"""Service-account tokens from TokenRequest: their claims, how long one lives, and which ones still work.
 
-Tokens are random strings kept in memory (they end with the process), each bound to the ServiceAccount's
-UID as upstream binds its JWTs: once the account is deleted, or deleted and created again under the same
-name, its earlier tokens stop working. Expired tokens are dropped as time passes (a heap of expiry times,
-checked on every issue and lookup), and only a digest of each token is held.
+As upstream's bound tokens (``pkg/serviceaccount/claims.go``) they are JWTs: issuer
+``https://kubernetes.default.svc.cluster.local``, the audiences asked for (the API server's own by
+default), ``iat``/``nbf``/``exp``, a ``jti``, and under ``kubernetes.io`` the namespace, the account's name
+and UID and the object the token is bound to (a Pod, Secret or Node, name and UID). They are signed with
+the cluster CA's P-256 key (ES256), the service-account key of ``vplane apiserver``, so they survive a
+restart, every replica of one cluster accepts them, and anyone can check them with the keys at
+``/openid/v1/jwks``. A signature is not enough: the API server also wants one of its audiences in
+``aud``, the time inside ``nbf``..``exp``, and the account and the bound object to exist still with the
+UIDs the token names, so deleting either revokes it.
 
 Expiration follows kube-apiserver: ``spec.expirationSeconds`` defaults to 3600, must be an integer (a
 string or a fraction is a decoding error, 400), at least 10 minutes and at most 2^32 seconds (422), and is
@@ -13,11 +18,9 @@ shortened to the server's maximum with a warning. Upstream lengthens pod-bound t
 
 from __future__ import annotations
 
-import hashlib
-import heapq
-import secrets
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from vplane.apiserver.context import UserInfo
 from vplane.kube import errors
@@ -63,65 +66,116 @@ def expiration(seconds: int, max_seconds: int) -> tuple[int, str | None]:
     return seconds, None
 
 
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+"""``iss`` of the tokens, and the API server's audience (kube-apiserver's ``--api-audiences`` defaults to
+its ``--service-account-issuer``, which kubeadm sets to this)."""
+OPENID_CONFIGURATION = "/.well-known/openid-configuration"
+JWKS = "/openid/v1/jwks"
+BOUND_KINDS = ("Pod", "Secret", "Node")
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+CREDENTIAL_EXTRA = "authentication.kubernetes.io/credential-id"
+
+
 @dataclass(frozen=True, slots=True)
-class _Issued:
-    user: UserInfo
+class Bound:
+    """The object a token is bound to: it works only while that object (this UID) exists."""
+
+    kind: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """What a valid token names; the caller checks that the account and the bound object still exist."""
+
     namespace: str
     name: str
     uid: str
-    expires: float
+    bound: Bound | None
+    jti: str
+    audiences: tuple[str, ...]
 
-
-LiveAccount = Callable[[str, str], str | None]
-"""``(namespace, name) -> uid`` of the ServiceAccount that exists now, or None."""
-
-
-class ServiceAccountTokens:
-    def __init__(self, prefix: str = "vpsa-") -> None:
-        self.prefix = prefix
-        self._tokens: dict[bytes, _Issued] = {}
-        self._expiry: list[tuple[float, bytes]] = []
-
-    def __len__(self) -> int:
-        return len(self._tokens)
-
-    @staticmethod
-    def _digest(token: str) -> bytes:
-        return hashlib.sha256(token.encode()).digest()
-
-    def issue(self, namespace: str, name: str, uid: str, expires: float, now: float) -> tuple[str, UserInfo]:
-        """A new token for the account ``namespace/name`` with ``uid``, valid until ``expires``."""
-        self.purge(now)
-        token = self.prefix + secrets.token_urlsafe(32)
-        user = UserInfo(
-            f"system:serviceaccount:{namespace}:{name}",
-            uid,
-            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"),
+    def user(self) -> UserInfo:
+        extra: dict[str, tuple[str, ...]] = {}
+        if self.bound is not None and self.bound.kind == "Pod":
+            extra[POD_NAME_EXTRA] = (self.bound.name,)
+            extra[POD_UID_EXTRA] = (self.bound.uid,)
+        if self.jti:
+            extra[CREDENTIAL_EXTRA] = (f"JTI={self.jti}",)
+        return UserInfo(
+            f"system:serviceaccount:{self.namespace}:{self.name}",
+            self.uid,
+            ("system:serviceaccounts", f"system:serviceaccounts:{self.namespace}", "system:authenticated"),
+            extra,
         )
-        digest = self._digest(token)
-        self._tokens[digest] = _Issued(user, namespace, name, uid, expires)
-        heapq.heappush(self._expiry, (expires, digest))
-        return token, user
 
-    def lookup(self, token: str, now: float, live: LiveAccount) -> UserInfo | None:
-        """The account behind ``token`` while it is unexpired and its account (that UID) exists."""
-        self.purge(now)
-        if not token.startswith(self.prefix):
-            return None
-        digest = self._digest(token)
-        issued = self._tokens.get(digest)
-        if issued is None:
-            return None
-        if live(issued.namespace, issued.name) != issued.uid:
-            del self._tokens[digest]  # the account is gone for good: so is the token
-            return None
-        return issued.user
 
-    def purge(self, now: float) -> int:
-        """Drop every token whose expiry has passed; returns how many went."""
-        dropped = 0
-        while self._expiry and self._expiry[0][0] <= now:
-            _, digest = heapq.heappop(self._expiry)
-            if self._tokens.pop(digest, None) is not None:
-                dropped += 1
-        return dropped
+def claims_for(
+    *,
+    audiences: Sequence[str],
+    namespace: str,
+    name: str,
+    uid: str,
+    now: float,
+    expires: float,
+    bound: Bound | None,
+    jti: str,
+) -> dict[str, Any]:
+    private: dict[str, Any] = {"namespace": namespace, "serviceaccount": {"name": name, "uid": uid}}
+    if bound is not None:
+        private[bound.kind.lower()] = {"name": bound.name, "uid": bound.uid}
+    return {
+        "aud": list(audiences),
+        "exp": int(expires),
+        "iat": int(now),
+        "iss": ISSUER,
+        "jti": jti,
+        "kubernetes.io": private,
+        "nbf": int(now),
+        "sub": f"system:serviceaccount:{namespace}:{name}",
+    }
+
+
+def subject_of(claims: dict[str, Any], now: float, audiences: Sequence[str]) -> Subject | None:
+    """The subject of a signed token's claims if it is one of ours, unexpired, and meant for one of
+    ``audiences`` (token ``aud`` may be a string or a list, as JWT allows); else None."""
+    if claims.get("iss") != ISSUER:
+        return None
+    aud = claims.get("aud")
+    token_audiences = (aud,) if isinstance(aud, str) else tuple(a for a in aud or () if isinstance(a, str))
+    matched = tuple(a for a in token_audiences if a in audiences)
+    if not matched:
+        return None
+    exp, nbf = claims.get("exp"), claims.get("nbf", 0)
+    if not isinstance(exp, int | float) or not isinstance(nbf, int | float) or not nbf <= now < exp:
+        return None
+    private = claims.get("kubernetes.io")
+    if not isinstance(private, dict):
+        return None
+    account = private.get("serviceaccount") or {}
+    namespace, name, uid = private.get("namespace"), account.get("name"), account.get("uid")
+    if not (
+        isinstance(namespace, str) and isinstance(name, str) and isinstance(uid, str) and namespace and name
+    ):
+        return None
+    bound = None
+    for kind in BOUND_KINDS:
+        ref = private.get(kind.lower())
+        if isinstance(ref, dict) and isinstance(ref.get("name"), str) and isinstance(ref.get("uid"), str):
+            bound = Bound(kind, ref["name"], ref["uid"])
+            break
+    jti = claims.get("jti")
+    return Subject(namespace, name, uid, bound, jti if isinstance(jti, str) else "", matched)
+
+
+def openid_configuration(external: str) -> dict[str, Any]:
+    """The OIDC discovery document, with the key set at ``external`` (the address the caller used)."""
+    return {
+        "issuer": ISSUER,
+        "jwks_uri": external + JWKS,
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["ES256"],
+    }

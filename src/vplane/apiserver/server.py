@@ -86,13 +86,13 @@ class APIServer:
         self.discovery = discovery.Discovery(self.registry)
         self.openapi = OpenAPI(self.registry, self.schemas)
         self.handlers = ResourceHandlers(self)
+        self.extra_routes: dict[str, Route] = {"/metrics": self._metrics}
+        """Non-resource paths served by add-ons (exact path, or a prefix ending in ``/``)."""
         self.reviews = Reviews(self)
         self.namespaces = NamespaceController(self)
         self.crds = CRDController(self)
         self.gc = GarbageCollector(self)
-        self.extra_routes: dict[str, Route] = {"/metrics": self._metrics}
         self.request_metrics = RequestMetrics()
-        """Non-resource paths served by add-ons (exact path, or a prefix ending in ``/``)."""
         self.resource_interceptors: list[Interceptor] = []
         """Hooks that may answer a resource request before the local registry (API aggregation)."""
         self.public_routes: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {}

@@ -65,17 +65,17 @@ def public_key_of_certificate(pem: bytes) -> ec.EllipticCurvePublicKey | None:
     return None
 
 
-def sign(key: ec.EllipticCurvePrivateKey, claims: dict[str, Any]) -> str:
-    header = _b64(json.dumps({"alg": "ES256", "kid": ""}, separators=(",", ":")).encode())
+def sign(key: ec.EllipticCurvePrivateKey, claims: dict[str, Any], kid: str = "") -> str:
+    """A compact ES256 JWS of ``claims`` (legacy tokens carry an empty ``kid``, as upstream's do)."""
+    header = _b64(json.dumps({"alg": "ES256", "kid": kid}, separators=(",", ":")).encode())
     payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
     signing_input = f"{header}.{payload}".encode()
     r, s = decode_dss_signature(key.sign(signing_input, ec.ECDSA(hashes.SHA256())))
     return f"{header}.{payload}.{_b64(r.to_bytes(_P256_BYTES, 'big') + s.to_bytes(_P256_BYTES, 'big'))}"
 
 
-def verify(token: str, key: ec.EllipticCurvePublicKey) -> dict[str, str] | None:
-    """The claims of a legacy token this key signed, or None (not a JWT, another issuer, a bad signature,
-    missing claims)."""
+def signed_claims(token: str, key: ec.EllipticCurvePublicKey) -> dict[str, Any] | None:
+    """The claims of an ES256 JWS this key signed, or None (not a JWT, too long, a bad signature)."""
     if len(token) > MAX_TOKEN_LENGTH or token.count(".") != 2:
         return None
     header_text, payload_text, signature_text = token.split(".")
@@ -91,9 +91,38 @@ def verify(token: str, key: ec.EllipticCurvePublicKey) -> dict[str, str] | None:
         claims = json.loads(_unb64(payload_text))
     except (ValueError, binascii.Error, InvalidSignature, UnicodeDecodeError):
         return None
-    if not isinstance(claims, dict) or claims.get("iss") != ISSUER:
+    return claims if isinstance(claims, dict) else None
+
+
+def verify(token: str, key: ec.EllipticCurvePublicKey) -> dict[str, str] | None:
+    """The claims of a legacy token this key signed, or None (not a JWT, another issuer, a bad signature,
+    missing claims)."""
+    claims = signed_claims(token, key)
+    if claims is None or claims.get("iss") != ISSUER:
         return None
     wanted = (NAMESPACE_CLAIM, SECRET_NAME_CLAIM, ACCOUNT_NAME_CLAIM, ACCOUNT_UID_CLAIM)
     if not all(isinstance(claims.get(c), str) and claims.get(c) for c in wanted):
         return None
     return {c: str(claims[c]) for c in wanted}
+
+
+def key_id(key: ec.EllipticCurvePublicKey) -> str:
+    """Upstream's ``kid``: the unpadded URL-safe base64 SHA-256 of the public key's DER (SubjectPublicKeyInfo)."""
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(der)
+    return _b64(digest.finalize())
+
+
+def jwk(key: ec.EllipticCurvePublicKey) -> dict[str, str]:
+    """The public key as a JSON Web Key (``/openid/v1/jwks``)."""
+    numbers = key.public_numbers()
+    return {
+        "use": "sig",
+        "kty": "EC",
+        "kid": key_id(key),
+        "crv": "P-256",
+        "alg": "ES256",
+        "x": _b64(numbers.x.to_bytes(_P256_BYTES, "big")),
+        "y": _b64(numbers.y.to_bytes(_P256_BYTES, "big")),
+    }
