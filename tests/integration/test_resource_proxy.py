@@ -1063,7 +1063,12 @@ class TestProxy:
             body = {"apiVersion": GV, "kind": "MyResource", "metadata": {"name": f"big-{i}"}}
             body["spec"] = {"color": "x" * 30_000}
             assert direct.call("POST", objects_path(ns), body).status == 201
-        assert len(direct.call("GET", objects_path(ns)).body) >= 64 * 1024
+        relayed = direct.call("GET", objects_path(ns))
+        assert len(relayed.body) >= 64 * 1024
+        assert relayed.headers.get("content-length") == str(len(relayed.body))
+        items = relayed.json()["items"]
+        assert sorted(i["metadata"]["name"] for i in items) == ["big-0", "big-1", "big-2"]
+        assert all(i["spec"]["color"] == "x" * 30_000 for i in items)
         url = urllib.parse.urlsplit(direct.base)
         assert url.hostname is not None and url.port is not None
         lists = count(direct.metrics(), "vcluster_proxy_request_total", verb="list", code="200", **GV_LABEL)

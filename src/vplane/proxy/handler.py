@@ -657,10 +657,12 @@ class ResourceProxy:
                 return web.Response(body=data, status=upstream.status, headers=_end_to_end(upstream.headers))
             # Larger bodies go through as they arrive, with their length when the target gave one (a
             # LIST is not copied into one buffer and out again).
-            response = web.StreamResponse(status=upstream.status, headers=_end_to_end(upstream.headers))
+            response: web.StreamResponse
             if length is not None:
+                response = _RelayedBody(status=upstream.status, headers=_end_to_end(upstream.headers))
                 response.content_length = length
             else:
+                response = web.StreamResponse(status=upstream.status, headers=_end_to_end(upstream.headers))
                 response.enable_chunked_encoding()
             try:
                 await response.prepare(request)
@@ -695,6 +697,15 @@ class ResourceProxy:
             body=orjson.dumps(error.to_status()),
             headers={"Content-Type": JSON_TYPE, **error.headers},
         )
+
+
+class _RelayedBody(web.StreamResponse):
+    """A relayed answer of known length: its headers leave with the first piece of the body, as
+    ``web.Response`` sends them, instead of in a TLS record and a loopback send of their own (about a
+    tenth of the client replica's CPU per proxied LIST of 1,000 objects). A watch, whose caller waits for
+    the headers before any event, keeps the immediate send."""
+
+    _send_headers_immediately = False
 
 
 def _is_upgrade(request: web.BaseRequest) -> bool:
