@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
 
-from harness import APIServerProcess, EtcdProcess, Kubectl
+from harness import APIServerProcess, EtcdProcess, Kubectl, free_port
 from vplane.storage.cache import Cache
-from vplane.storage.etcd import EtcdStore, EtcdUnavailable
+from vplane.storage.etcd import EtcdOutcomeUnknown, EtcdStore, EtcdUnavailable
 from vplane.storage.interface import (
     CompactedError,
     Event,
@@ -21,6 +24,7 @@ from vplane.storage.interface import (
     KeyNotFoundError,
     RevisionMismatchError,
 )
+from vplane.support import tls
 
 _prefixes = itertools.count()
 
@@ -185,3 +189,210 @@ def test_api_servers_on_one_etcd_serve_one_cluster(
     finally:
         one.stop()
         two.stop()
+
+
+# -- faults the review of 2026-12-05 found (each failed before the fix) --------------------------------
+
+
+async def serve(app: web.Application, context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, str]:
+    """A fault-injecting endpoint in front of (or instead of) etcd, on a free loopback port."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"{'https' if context else 'http'}://127.0.0.1:{port}"
+
+
+async def test_watch_responses_past_aiohttps_line_limit_are_delivered(etcd: EtcdProcess, prefix: str) -> None:
+    """One etcd watch response carries up to 1,000 revisions (base64, with previous values): a large value,
+    or a watch catching up on many writes, is one line far beyond aiohttp's 128 KiB line limit."""
+    store = EtcdStore([etcd.url], prefix=prefix, retry_interval=0.05)
+    await store.start()
+    try:
+        first = await store.create("/big", b"a" * 400_000)
+        updated = await store.update("/big", b"b" * 400_000, first.mod_revision)
+        writes = [await store.create(f"/small/{i:03}", b"x" * 1024) for i in range(300)]
+        seen: list[Event] = []
+        done = asyncio.Event()
+
+        def deliver(batch: list[Event]) -> None:
+            seen.extend(batch)
+            if seen[-1].revision >= writes[-1].mod_revision:
+                done.set()
+
+        store.subscribe(deliver, first.mod_revision - 1)  # catches up on every write in few responses
+        await asyncio.wait_for(done.wait(), 20)
+        assert [e.kv for e in seen] == [first, updated, *writes]
+        assert store.failure is None
+    finally:
+        await store.close()
+
+
+async def test_history_ends_when_etcds_newest_revision_is_outside_the_prefix(
+    etcd: EtcdProcess, prefix: str
+) -> None:
+    """history() reads to etcd's current revision; when that revision changed another prefix's key (or
+    the compaction record), no event of this prefix reaches it, and progress requests end the read."""
+    store = EtcdStore([etcd.url], prefix=prefix)
+    other = EtcdStore([etcd.url], prefix=prefix + "-other")
+    await store.start()
+    await other.start()
+    try:
+        mine = [await store.create(f"/k/{i}", b"v") for i in range(3)]
+        await other.create("/elsewhere", b"v")
+        history = await asyncio.wait_for(store.history(mine[0].mod_revision - 1), 5)
+        assert [e.kv for e in history] == mine
+        await store.compact(mine[1].mod_revision)  # writes the compaction record last
+        history = await asyncio.wait_for(store.history(mine[1].mod_revision), 5)
+        assert [e.kv for e in history] == mine[2:]
+    finally:
+        await store.close()
+        await other.close()
+
+
+async def test_another_replicas_compaction_reads_as_compacted(etcd: EtcdProcess, prefix: str) -> None:
+    """A replica learns a compaction done by another one when etcd refuses its read; the error (410 in the
+    API server) names the recorded revision, and that replica's own older compaction cannot move the
+    record back."""
+    one = EtcdStore([etcd.url], prefix=prefix)
+    two = EtcdStore([etcd.url], prefix=prefix)
+    await one.start()
+    await two.start()
+    try:
+        kvs = [await one.create(f"/k/{i}", b"v") for i in range(5)]
+        await one.compact(kvs[3].mod_revision)
+        assert two.compacted_revision == 0
+        with pytest.raises(CompactedError) as old_history:
+            await two.history(kvs[0].mod_revision)
+        assert old_history.value.compacted == kvs[3].mod_revision
+        assert two.compacted_revision == kvs[3].mod_revision
+        three = EtcdStore([etcd.url], prefix=prefix)
+        await three.start()
+        three._compacted = 0  # as a replica that started before the compaction
+        with pytest.raises(CompactedError) as old_range:
+            await three.range_at("/", kvs[1].mod_revision)
+        assert old_range.value.compacted == kvs[3].mod_revision
+        three._compacted = 0
+        await three.compact(kvs[2].mod_revision)  # lagging compactor: an older target
+        await three.close()
+        fresh = EtcdStore([etcd.url], prefix=prefix)
+        await fresh.start()
+        assert fresh.compacted_revision == kvs[3].mod_revision
+        await fresh.close()
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_a_write_whose_answer_is_lost_is_not_sent_again(etcd: EtcdProcess, prefix: str) -> None:
+    """A write sent to an endpoint that commits it but answers too late fails as 'outcome unknown' rather
+    than being sent to the next endpoint (where a create would read 'exists' for its own success); a read
+    moves on. An endpoint that refuses the connection (nothing sent) is skipped for writes too, and one
+    that answers something other than etcd's JSON (a proxy's page) is skipped for reads."""
+    session = aiohttp.ClientSession()
+
+    async def late(request: web.Request) -> web.Response:
+        path = "/" + request.match_info["tail"]
+        async with session.post(etcd.url + path, data=await request.read()) as answer:
+            data = await answer.read()
+        await asyncio.sleep(2)
+        return web.Response(body=data)
+
+    async def not_etcd(request: web.Request) -> web.Response:
+        return web.Response(status=404, text="404 page not found\n")
+
+    app = web.Application()
+    app.router.add_post("/late/{tail:.*}", late)
+    app.router.add_post("/proxy/{tail:.*}", not_etcd)
+    runner, base = await serve(app)
+    refused = f"http://127.0.0.1:{free_port()}"
+    try:
+        slow = EtcdStore([base + "/late", etcd.url], prefix=prefix, request_timeout=0.5)
+        await slow.start()  # a read: the late endpoint timed out, the next answered
+        slow._current = 0
+        with pytest.raises(EtcdOutcomeUnknown):
+            await slow.create("/a", b"1")
+        await asyncio.sleep(2)
+        reader = EtcdStore([etcd.url], prefix=prefix)
+        await reader.start()
+        items, _ = await reader.snapshot()
+        assert [(kv.key, kv.value) for kv in items] == [("/a", b"1")]  # committed once, as sent once
+        await reader.close()
+        await slow.close()
+        skipping = EtcdStore([refused, base + "/proxy", etcd.url], prefix=prefix)
+        await skipping.start()
+        assert [kv.key for kv in await skipping.range_at("/", skipping.revision)] == ["/a"]
+        skipping._current = 0
+        created = await skipping.create("/b", b"2")  # refused first: nothing was sent, so tried again
+        assert created.key == "/b"
+        await skipping.close()
+    finally:
+        await session.close()
+        await runner.cleanup()
+
+
+async def test_a_write_cut_off_before_its_answer_is_sent_once_more_and_recognised(
+    etcd: EtcdProcess, prefix: str
+) -> None:
+    """A connection that closes before the answer (a kept-alive connection etcd closed, etcd stopping) may
+    or may not have carried the write: it is sent again, and a refusal that finds this very value is the
+    first attempt's success, not 'exists' or 'conflict'."""
+    session = aiohttp.ClientSession()
+    forwarded: list[str] = []
+
+    async def cut(request: web.Request) -> web.StreamResponse:
+        path = "/" + request.match_info["tail"]
+        async with session.post(etcd.url + path, data=await request.read()) as answer:
+            await answer.read()
+        forwarded.append(path)
+        assert request.transport is not None
+        request.transport.abort()  # applied, never answered
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/cut/{tail:.*}", cut)
+    runner, base = await serve(app)
+    store = EtcdStore([base + "/cut", etcd.url], prefix=prefix)
+    try:
+        await store.start()  # a read: cut off twice, then the next endpoint
+        store._current = 0
+        created = await store.create("/c", b"v")
+        assert (created.key, created.value) == ("/c", b"v")
+        store._current = 0
+        updated = await store.update("/c", b"w", created.mod_revision)
+        assert (updated.value, updated.create_revision) == (b"w", created.create_revision)
+        assert forwarded.count("/v3/kv/txn") == 4  # each write: sent, cut off, sent again, cut off
+        items, _ = await store.snapshot()
+        assert [(kv.key, kv.value, kv.mod_revision) for kv in items] == [("/c", b"w", updated.mod_revision)]
+    finally:
+        await store.close()
+        await session.close()
+        await runner.cleanup()
+
+
+async def test_https_endpoints_are_verified_without_a_ca_file(tmp_path: Path) -> None:
+    """No ``etcd_cafile``: an https endpoint must present a certificate the system trusts; a self-signed
+    one is refused, never accepted unverified."""
+    ca = tls.make_ca("not-trusted")
+    serving = tls.issue_serving(ca, ["127.0.0.1", "localhost"])
+    serving.write(tmp_path / "tls.crt", tmp_path / "tls.key")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    answered: list[str] = []
+
+    async def fake(request: web.Request) -> web.Response:
+        answered.append(request.path)
+        return web.json_response({"header": {"revision": "1"}})
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", fake)
+    runner, base = await serve(app, context)
+    try:
+        store = EtcdStore([base], prefix="/x")
+        with pytest.raises(EtcdUnavailable, match="certificate verify failed"):
+            await store.start()
+        assert answered == []
+        await store.close()
+    finally:
+        await runner.cleanup()

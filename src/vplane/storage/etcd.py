@@ -5,8 +5,8 @@ compare-and-swap, compaction), so each operation is one etcd call: creates and u
 that compare ``create_revision == 0`` or ``mod_revision == expected``; deletes return the deleted value;
 reads at a revision are ranges at that revision; compaction is etcd's. It talks to etcd's v3 JSON gateway
 (``/v3/kv/*``, ``/v3/watch``) with aiohttp: one HTTP transport, no gRPC stack, and the gateway is part of
-every etcd release since 3.3. Keys live under ``prefix`` (kube-apiserver's ``--etcd-prefix``, default
-``/registry``) so several clusters can share one etcd.
+every etcd release since 3.4 (3.3 served it under ``/v3beta``). Keys live under ``prefix``
+(kube-apiserver's ``--etcd-prefix``, default ``/registry``) so several clusters can share one etcd.
 
 Events reach the subscriber from one watch on the prefix, in revision order, including every other
 replica's writes; a write returns once etcd committed it, and :class:`~vplane.storage.cache.Cache` then
@@ -89,6 +89,9 @@ class EtcdStore:
         self.root = prefix.rstrip("/")
         """Every key this store writes starts with it; the API server's keys start with ``/``."""
         self.compact_key = self.root + "-compact-revision"
+        self.progress_key = self.root + "-progress"
+        """Written by :meth:`history` to mark how far its watch must read (outside the prefix, so no
+        replica's cache holds it)."""
         self.ssl_context = ssl_context
         self.request_timeout = request_timeout
         self.retry_interval = retry_interval
@@ -113,24 +116,29 @@ class EtcdStore:
     async def start(self) -> None:
         if self._session is not None:
             return
+        # https endpoints are verified against the system's CAs unless a CA file is given, never skipped.
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=self.ssl_context if self.ssl_context is not None else False),
+            connector=aiohttp.TCPConnector(ssl=self.ssl_context if self.ssl_context is not None else True),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.request_timeout),
         )
-        found = await self._call("/v3/kv/range", {"key": _b64(self.compact_key)})
+        try:
+            found = await self._compact_record()
+        except BaseException:
+            session, self._session = self._session, None
+            await session.close()  # a later start() tries again from scratch
+            raise
         self._revision = int(found["header"]["revision"])
-        kvs = found.get("kvs") or []
-        if kvs:
-            self._compacted = int(base64.b64decode(kvs[0]["value"]))
 
     async def close(self) -> None:
         self._closed = True
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-        if self._session is not None:
-            await self._session.close()
+        try:
+            if self._watch is not None:
+                self._watch.cancel()
+                with contextlib.suppress(BaseException):  # its failure, if any, was reported by _fail
+                    await self._watch
+        finally:
+            if self._session is not None:
+                await self._session.close()
 
     @property
     def failure(self) -> StorageError | None:
@@ -158,33 +166,84 @@ class EtcdStore:
     # -- transport -------------------------------------------------------------------------------
 
     async def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """One gateway call, tried on each endpoint in turn; etcd's own errors are raised as they are."""
+        """One read, tried on each endpoint in turn; etcd's own errors are raised as they are."""
+        doc, _ = await self._exchange(path, body, write=False)
+        return doc
+
+    async def _write(self, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """One write, and whether an earlier attempt of it may have been applied.
+
+        A write moves to the next endpoint only when it could not connect (nothing was sent). A write whose
+        connection closed before the answer (most often a kept-alive connection the server had closed, as
+        etcd does when it restarts) is sent once more, and reported as maybe applied twice: the caller
+        checks what a refused compare-and-swap found. A write that was sent and then timed out or got a 503
+        may have been committed; sent again, a create would read "exists" and a compare-and-swap "conflict"
+        for its own success, and an unconditional update would apply twice: it fails with
+        :class:`EtcdOutcomeUnknown`, as an etcd client's "request timed out". The watch delivers the write
+        if it was committed."""
+        return await self._exchange(path, body, write=True)
+
+    async def _exchange(self, path: str, body: dict[str, Any], *, write: bool) -> tuple[dict[str, Any], bool]:
         if self._closed or self._session is None:
             raise StoreClosedError("store is closed")
         last: BaseException | None = None
-        for attempt in range(len(self.endpoints)):
-            index = (self._current + attempt) % len(self.endpoints)
+        maybe_applied = False
+        attempts = [(self._current + n) % len(self.endpoints) for n in range(len(self.endpoints))]
+        while attempts:
+            index = attempts.pop(0)
             try:
                 async with asyncio.timeout(self.request_timeout):
                     async with self._session.post(
                         self.endpoints[index] + path, data=orjson.dumps(body)
                     ) as response:
                         data = await response.read()
+            except aiohttp.ClientConnectorError as exc:
+                last = exc
+                continue
+            except aiohttp.ServerDisconnectedError as exc:
+                last = exc
+                if write and not maybe_applied:
+                    maybe_applied = True
+                    attempts.insert(0, index)  # on a fresh connection
+                continue
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                if write:
+                    raise EtcdOutcomeUnknown(f"etcd write outcome unknown: {_describe(exc)}") from exc
                 last = exc
                 continue
             self._current = index
             self._unreachable = None
-            doc: dict[str, Any] = orjson.loads(data) if data else {}
+            try:
+                doc: dict[str, Any] = orjson.loads(data) if data else {}
+            except orjson.JSONDecodeError:  # a text/plain 404, a proxy's HTML page
+                doc = {"message": f"HTTP {response.status}: {data[:200].decode(errors='replace')}"}
             if response.status != 200 or "error" in doc:
                 message = str(doc.get("message") or doc.get("error") or f"HTTP {response.status}")
                 if "unavailable" in message or response.status == 503:
+                    if write:
+                        raise EtcdOutcomeUnknown(f"etcd write outcome unknown: {message}")
+                    last = StorageError(message)
+                    continue
+                if response.status != 200 and "error" not in doc and "code" not in doc:
+                    # Not etcd's answer (a proxy, a wrong URL): the next endpoint, unless a write may
+                    # have passed through to etcd before the failure.
+                    if write and response.status >= 500:
+                        raise EtcdOutcomeUnknown(f"etcd write outcome unknown: {message}")
                     last = StorageError(message)
                     continue
                 raise _etcd_error(message)
-            return doc
-        self._unreachable = f"etcd unavailable: {last}"
+            return doc, maybe_applied
+        self._unreachable = f"etcd unavailable: {_describe(last) if last is not None else 'no endpoint'}"
         raise EtcdUnavailable(self._unreachable)
+
+    async def _compact_record(self) -> dict[str, Any]:
+        """Read ``<prefix>-compact-revision`` and learn the compacted revision from it (another replica's
+        compactor moves it); the answer's header carries etcd's current revision."""
+        found = await self._call("/v3/kv/range", {"key": _b64(self.compact_key)})
+        kvs = found.get("kvs") or []
+        if kvs:
+            self._compacted = max(self._compacted, int(base64.b64decode(kvs[0]["value"])))
+        return found
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -228,54 +287,92 @@ class EtcdStore:
         try:
             found = await self._call("/v3/kv/range", body)
         except _Compacted as exc:
-            raise CompactedError(revision, max(self._compacted, revision)) from exc
+            raise await self._compacted_error(revision) from exc
         return [_kv(raw, len(self.root)) for raw in found.get("kvs") or []]
 
+    async def _compacted_error(self, revision: int, compacted: int = 0) -> CompactedError:
+        """``revision`` was compacted by someone (often another replica's compactor): the error names the
+        compacted revision as recorded, which this replica learns too."""
+        self._compacted = max(self._compacted, compacted)
+        with contextlib.suppress(StorageError):
+            await self._compact_record()
+        return CompactedError(revision, max(self._compacted, revision + 1))
+
     async def history(self, after: int, limit: int = 0) -> list[Event]:
-        """Events after ``after`` up to now, read with a watch that ends at the current revision."""
+        """Events after ``after`` up to now, read with a watch from ``after`` that ends at a mark.
+
+        The mark is a write of ``<prefix>-progress`` (beside the prefix, inside the range this watch
+        covers): every event before it has been seen once its own event arrives. Ending at etcd's current
+        revision instead would hang whenever that revision changed a key outside the range (another
+        cluster's); etcd's progress requests cannot be used through the JSON gateway over HTTP/1.1 (it
+        answers once the request body ends) and, before etcd 3.5.8, may answer ahead of pending events."""
         if after < self._compacted:
             raise CompactedError(after, self._compacted)
-        now = int((await self._call("/v3/kv/range", {"key": _b64(self.compact_key)}))["header"]["revision"])
+        written, _ = await self._write(
+            "/v3/kv/put", {"key": _b64(self.progress_key), "value": _b64(str(after))}
+        )
+        mark = self._committed(written)
         events: list[Event] = []
-        if now <= after:
-            return events
-        async with contextlib.aclosing(self._watch_stream(after)) as stream:
-            async for batch in stream:
-                for event in batch:
-                    if event.revision > now or (limit and len(events) >= limit):
-                        return events
-                    events.append(event)
-                if batch[-1].revision >= now:
-                    break
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                async with contextlib.aclosing(self._watch_stream(after, marks=True)) as stream:
+                    async for batch, marked in stream:
+                        for event in batch:
+                            if event.revision > mark or (limit and len(events) >= limit):
+                                return events
+                            events.append(event)
+                        if marked >= mark:
+                            break
+        except _Compacted as exc:
+            raise await self._compacted_error(after, exc.revision) from exc
+        except TimeoutError as exc:
+            raise EtcdUnavailable(
+                f"etcd history after {after}: no answer within {self.request_timeout}s"
+            ) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise EtcdUnavailable(f"etcd history after {after}: {_describe(exc)}") from exc
         return events
 
     # -- writes ----------------------------------------------------------------------------------
 
     async def create(self, key: str, value: bytes) -> KeyValue:
         full = _b64(self.root + key)
-        result = await self._call(
+        result, maybe_applied = await self._write(
             "/v3/kv/txn",
             {
                 "compare": [{"key": full, "target": "CREATE", "result": "EQUAL", "create_revision": 0}],
                 "success": [{"request_put": {"key": full, "value": _b64(value)}}],
+                "failure": [{"request_range": {"key": full}}],
             },
         )
         if not result.get("succeeded"):
+            found = self._found(result)
+            if maybe_applied and found is not None and found.value == value:
+                return found  # the first attempt created it
             raise KeyExistsError(key)
         revision = self._committed(result)
         return KeyValue(key, value, revision, revision)
 
     async def update(self, key: str, value: bytes, expected_revision: int) -> KeyValue:
         full = _b64(self.root + key)
-        result = await self._swap(
+        result, found = await self._swap(
             key, expected_revision, {"request_put": {"key": full, "value": _b64(value), "prev_kv": True}}
         )
+        if found is not None:
+            if found.value == value:
+                return found  # the first attempt applied it
+            raise RevisionMismatchError(key, found)
         put = result["responses"][0]["response_put"]
         return KeyValue(key, value, self._committed(result), int(put["prev_kv"]["create_revision"]))
 
-    async def _swap(self, key: str, expected_revision: int, operation: dict[str, Any]) -> dict[str, Any]:
+    async def _swap(
+        self, key: str, expected_revision: int, operation: dict[str, Any]
+    ) -> tuple[dict[str, Any], KeyValue | None]:
         """``operation`` on ``key`` if it exists (and was last changed at ``expected_revision``, when
-        given), as one transaction whose failure branch reads the key, to say which condition failed."""
+        given), as one transaction whose failure branch reads the key, to say which condition failed.
+
+        Refused after an attempt that may have been applied, the key as found is returned with the answer
+        (the caller tells its own write from another's); otherwise a refusal raises."""
         full = _b64(self.root + key)
         compare: list[dict[str, Any]] = [
             {"key": full, "target": "CREATE", "result": "GREATER", "create_revision": 0}
@@ -284,19 +381,26 @@ class EtcdStore:
             compare.append(
                 {"key": full, "target": "MOD", "result": "EQUAL", "mod_revision": expected_revision}
             )
-        result = await self._call(
+        result, maybe_applied = await self._write(
             "/v3/kv/txn",
             {"compare": compare, "success": [operation], "failure": [{"request_range": {"key": full}}]},
         )
-        if not result.get("succeeded"):
-            raise self._refused(key, result)
-        return result
+        if result.get("succeeded"):
+            return result, None
+        found = self._found(result)
+        if not maybe_applied:
+            raise KeyNotFoundError(key) if found is None else RevisionMismatchError(key, found)
+        if found is None:
+            raise EtcdOutcomeUnknown(f"etcd write outcome unknown: {key} is gone, perhaps by this write")
+        return result, found
 
     async def delete(self, key: str, expected_revision: int) -> KeyValue:
         full = _b64(self.root + key)
-        result = await self._swap(
+        result, found = await self._swap(
             key, expected_revision, {"request_delete_range": {"key": full, "prev_kv": True}}
         )
+        if found is not None:
+            raise RevisionMismatchError(key, found)
         prev = result["responses"][0]["response_delete_range"]["prev_kvs"][0]
         return KeyValue(
             key,
@@ -310,11 +414,10 @@ class EtcdStore:
         self._revision = max(self._revision, revision)
         return revision
 
-    def _refused(self, key: str, result: dict[str, Any]) -> StorageError:
+    def _found(self, result: dict[str, Any]) -> KeyValue | None:
+        """The key as a refused transaction's failure branch read it."""
         kvs = result["responses"][0]["response_range"].get("kvs") or []
-        if not kvs:
-            return KeyNotFoundError(key)
-        return RevisionMismatchError(key, _kv(kvs[0], len(self.root)))
+        return _kv(kvs[0], len(self.root)) if kvs else None
 
     async def compact(self, revision: int) -> None:
         """Record the target outside the watched prefix, then compact; a replica that finds the revision
@@ -322,7 +425,23 @@ class EtcdStore:
         revision = min(revision, self._revision)
         if revision <= self._compacted:
             return
-        await self._call("/v3/kv/put", {"key": _b64(self.compact_key), "value": _b64(str(revision))})
+        # The record only moves forward: it is replaced only if nobody changed it since it was read, and
+        # only by a larger revision (a lagging replica's compactor would otherwise move it back).
+        found = await self._compact_record()
+        if revision <= self._compacted:
+            return
+        kvs = found.get("kvs") or []
+        key = _b64(self.compact_key)
+        seen = int(kvs[0]["mod_revision"]) if kvs else 0
+        recorded, _ = await self._write(
+            "/v3/kv/txn",
+            {
+                "compare": [{"key": key, "target": "MOD", "result": "EQUAL", "mod_revision": seen}],
+                "success": [{"request_put": {"key": key, "value": _b64(str(revision))}}],
+            },
+        )
+        if not recorded.get("succeeded"):
+            return  # another replica recorded its compaction meanwhile; the next interval reads it
         try:
             await self._call("/v3/kv/compaction", {"revision": revision})
         except _Compacted:
@@ -337,7 +456,7 @@ class EtcdStore:
         fail if etcd compacted past it."""
         while not self._closed:
             try:
-                async for batch in self._watch_stream(self._delivered):
+                async for batch, _ in self._watch_stream(self._delivered):
                     if batch and self._subscriber is not None:
                         self._delivered = batch[-1].revision
                         self._revision = max(self._revision, self._delivered)
@@ -345,45 +464,66 @@ class EtcdStore:
             except _Compacted as exc:
                 self._fail(StorageError(f"watch fell behind compaction: {exc}"))
                 return
-            except (aiohttp.ClientError, TimeoutError, OSError, StorageError) as exc:
+            except (aiohttp.ClientError, TimeoutError, OSError, StorageError, orjson.JSONDecodeError) as exc:
                 # close() cancels this task, so a break seen here is a real one
-                log.warning("etcd watch broke; resuming", after=self._delivered, error=str(exc))
-                self._unreachable = f"etcd watch broke: {exc}"
+                log.warning("etcd watch broke; resuming", after=self._delivered, error=_describe(exc))
+                self._unreachable = f"etcd watch broke: {_describe(exc)}"
                 self._current = (self._current + 1) % len(self.endpoints)
+            except Exception as exc:  # anything else would end the watch unseen, writes waiting on it
+                self._fail(StorageError(f"etcd watch failed: {_describe(exc)}"))
+                return
             await asyncio.sleep(self.retry_interval)
 
-    async def _watch_stream(self, after: int) -> AsyncGenerator[list[Event], None]:
-        """Batches of events (one etcd watch response each: whole revisions) with revision > ``after``."""
+    async def _watch_stream(
+        self, after: int, *, marks: bool = False
+    ) -> AsyncGenerator[tuple[list[Event], int], None]:
+        """Batches of events under the prefix (one etcd watch response each: whole revisions) with revision
+        > ``after``, each with 0, or with ``marks`` the revision of the newest ``<prefix>-progress`` write
+        in that response (the watch then also covers the keys beside the prefix, whose other events are
+        skipped; a response may then carry no event of the prefix)."""
         if self._session is None:
             raise StoreClosedError("store is closed")
+        inside = self.root + "/"
+        start = self.root if marks else inside
         body = {
             "create_request": {
-                "key": _b64(self.root + "/"),
-                "range_end": _b64(prefix_end(self.root + "/")),
+                "key": _b64(start),
+                "range_end": _b64(prefix_end(start)),
                 "start_revision": after + 1,
                 "prev_kv": True,
             }
         }
+        mark_key = _b64(self.progress_key)
         endpoint = self.endpoints[self._current]
         async with self._session.post(endpoint + "/v3/watch", data=orjson.dumps(body)) as response:
             if response.status != 200:
                 raise StorageError(f"etcd watch: HTTP {response.status}")
             self._unreachable = None  # the watch is (back) up: what the health check follows
-            async for line in response.content:
-                if not line.strip():
-                    continue
+            async for line in _lines(response.content):
                 doc = orjson.loads(line)
                 if "error" in doc:
                     raise _etcd_error(str(doc["error"].get("message") or doc["error"]))
                 result = doc.get("result") or {}
-                if result.get("compact_revision") and int(result["compact_revision"]) > after:
-                    raise _Compacted(f"compacted at {result['compact_revision']}, watched after {after}")
+                compacted = int(result.get("compact_revision") or 0)
+                if compacted > after:
+                    raise _Compacted(f"compacted at {compacted}, watched after {after}", compacted)
                 if result.get("canceled"):
                     raise StorageError(f"etcd watch canceled: {result.get('cancel_reason', '')}")
-                events = [self._event(raw) for raw in result.get("events") or []]
+                raw_events = result.get("events") or []
+                marked = 0
+                if marks:
+                    marked = max(
+                        (int(e["kv"]["mod_revision"]) for e in raw_events if e["kv"]["key"] == mark_key),
+                        default=0,
+                    )
+                    raw_events = [
+                        e for e in raw_events if base64.b64decode(e["kv"]["key"]).startswith(inside.encode())
+                    ]
+                events = [self._event(raw) for raw in raw_events]
                 if events:
                     after = events[-1].revision
-                    yield events
+                if events or marked:
+                    yield events, marked
 
     def _event(self, raw: dict[str, Any]) -> Event:
         strip = len(self.root)
@@ -403,7 +543,35 @@ class EtcdStore:
 
 
 class _Compacted(StorageError):
-    pass
+    def __init__(self, message: str, revision: int = 0) -> None:
+        super().__init__(message)
+        self.revision = revision
+        """The compacted revision, when etcd said (a watch does; a range's error does not)."""
+
+
+class EtcdOutcomeUnknown(StorageError):
+    """A write was sent and then timed out or failed: etcd may or may not have committed it."""
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+async def _lines(content: aiohttp.StreamReader) -> AsyncGenerator[bytes, None]:
+    """The non-empty newline-delimited documents of a watch stream, of any length: one watch response
+    holds up to a thousand revisions of values (base64, with their previous values), far past aiohttp's
+    line limit of 128 KiB (a catching-up watch would otherwise end with ``LineTooLong``)."""
+    pending = bytearray()
+    async for chunk in content.iter_any():
+        pending += chunk
+        if b"\n" not in chunk:
+            continue
+        *complete, rest = pending.split(b"\n")
+        pending = bytearray(rest)
+        for line in complete:
+            if line.strip():
+                yield bytes(line)
+    # A document cut off by the end of the stream is no document: the watch resumes from its last event.
 
 
 def _etcd_error(message: str) -> StorageError:
