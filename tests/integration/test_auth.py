@@ -364,11 +364,22 @@ def test_token_review(shared_apiserver: APIServerProcess) -> None:
     assert body["status"]["authenticated"] is True
     assert body["status"]["user"]["username"] == "admin"
     assert "system:masters" in body["status"]["user"]["groups"]
+    assert body["status"]["audiences"] == ["https://kubernetes.default.svc.cluster.local"]
     review["spec"] = {"token": "nope"}
     status, body = post(shared_apiserver, "/apis/authentication.k8s.io/v1/tokenreviews", review)
     assert status == 201, body
     assert body["status"].get("authenticated", False) is False
     assert not body["status"].get("user", {}).get("username")
+    # A static (or add-on, or legacy) token is good for this API server only, as upstream's audience-
+    # agnostic authenticators: a service checking tokens meant for itself must not accept it.
+    review["spec"] = {"token": shared_apiserver.token, "audiences": ["vault"]}
+    status, body = post(shared_apiserver, "/apis/authentication.k8s.io/v1/tokenreviews", review)
+    assert (status, body["status"].get("authenticated", False)) == (201, False)
+    assert "audiences" not in body["status"]
+    review["spec"]["audiences"] = ["vault", "https://kubernetes.default.svc.cluster.local"]
+    status, body = post(shared_apiserver, "/apis/authentication.k8s.io/v1/tokenreviews", review)
+    assert body["status"]["authenticated"] is True
+    assert body["status"]["audiences"] == ["https://kubernetes.default.svc.cluster.local"]
 
 
 def test_subject_access_review(shared_apiserver: APIServerProcess, kubectl: Kubectl, namespace: str) -> None:
@@ -462,7 +473,13 @@ def test_service_account_tokens_are_jwts_others_can_check_and_survive_a_restart(
     assert claims["sub"] == "system:serviceaccount:default:robot" and claims["exp"] - claims["iat"] == 3600
     assert claims["kubernetes.io"]["serviceaccount"]["name"] == "robot" and claims["jti"]
     config = json.loads(k.run(f"--token={token}", "get", "--raw", "/.well-known/openid-configuration").stdout)
-    assert config["issuer"] == claims["iss"] and config["jwks_uri"].endswith("/openid/v1/jwks")
+    assert config["issuer"] == claims["iss"]
+    assert config["jwks_uri"] == apiserver.url + "/openid/v1/jwks"
+    # never the Host the caller sent: the document is cacheable by anyone in between
+    _, _, raw = apiserver.request(
+        "GET", "/.well-known/openid-configuration", headers={"Host": "evil.example"}
+    )
+    assert json.loads(raw)["jwks_uri"] == config["jwks_uri"]
     (jwk,) = json.loads(k.run(f"--token={token}", "get", "--raw", "/openid/v1/jwks").stdout)["keys"]
 
     def unb64(text: str) -> bytes:
@@ -547,6 +564,11 @@ def test_tokens_for_other_audiences_and_tokens_bound_to_a_pod(
         shared_apiserver, f"/api/v1/namespaces/{namespace}/serviceaccounts/app/token", mismatch
     )
     assert (status, answer["message"]) == (400, "cannot bind token to object of type /v1, Kind=ConfigMap")
+    mismatch["spec"]["boundObjectRef"] = {"kind": "Pod", "apiVersion": "apps/v1", "name": "p"}
+    status, answer = post(
+        shared_apiserver, f"/api/v1/namespaces/{namespace}/serviceaccounts/app/token", mismatch
+    )
+    assert (status, answer["message"]) == (400, "cannot bind token to object of type apps/v1, Kind=Pod")
     kubectl.run("delete", "pod", "p", "-n", namespace, "--grace-period=0", "--force")
     assert kubectl.run(f"--token={bound}", "auth", "whoami", check=False).code == 1
 

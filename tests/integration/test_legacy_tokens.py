@@ -125,3 +125,37 @@ def test_secret_goes_with_its_account(server: APIServerProcess, k: Kubectl, ns: 
     wait_for(
         lambda: k.run("get", "secret", "orphan-token", "-n", ns, check=False).code != 0, "orphan deleted"
     )
+
+
+def test_an_account_being_deleted_stops_legacy_tokens_at_once_and_bound_ones_after_a_minute(
+    server: APIServerProcess, k: Kubectl, ns: str
+) -> None:
+    """An account whose deletion a finalizer holds: its legacy token stops working as soon as the deletion
+    starts (upstream's legacy validator), a bound token only a minute past the deletion deadline (here:
+    still working right after it); neither works once the account is gone."""
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "leaving", "finalizers": ["example.com/hold"]},
+    }
+    k.apply(json.dumps(account), "-n", ns)
+    k.apply(token_secret("leaving-token", "leaving"), "-n", ns)
+    secret = wait_for(lambda: filled(k, ns, "leaving-token"), "token filled")
+    legacy = base64.b64decode(secret["data"]["token"]).decode()
+    bound = k.run("create", "token", "leaving", "-n", ns).out.strip()
+    assert whoami(server, legacy)[0] == 201 and whoami(server, bound)[0] == 201
+    k.run("delete", "serviceaccount", "leaving", "-n", ns, "--wait=false")
+    assert get(k, ns, "serviceaccount", "leaving")["metadata"]["deletionTimestamp"]
+    assert whoami(server, legacy)[0] == 401
+    assert whoami(server, bound)[0] == 201
+    k.run(
+        "patch",
+        "serviceaccount",
+        "leaving",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"metadata":{"finalizers":null}}',
+    )
+    wait_for(lambda: whoami(server, bound)[0] == 401 or None, "bound token refused once the account is gone")

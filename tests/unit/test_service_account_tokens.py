@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
-from vplane.apiserver import satokens
+from vplane.apiserver import satokens, timeutil
 from vplane.apiserver.settings import APIServerSettings
 from vplane.kube.errors import StatusError
+from vplane.support import legacytokens
 
 CAP = 48 * 3600
 
@@ -125,8 +127,10 @@ def test_a_subject_names_the_account_the_bound_pod_and_the_credential() -> None:
 @pytest.mark.parametrize(
     ("claims", "now", "audiences"),
     [
-        (_claims(), 999.0, [satokens.ISSUER]),  # before nbf
-        (_claims(), 4600.0, [satokens.ISSUER]),  # at exp
+        (_claims(), 939.0, [satokens.ISSUER]),  # before nbf, past the minute of leeway
+        (_claims(), 4660.0, [satokens.ISSUER]),  # at exp plus the leeway
+        (_claims(iat=2100), 2000.0, [satokens.ISSUER]),  # issued in the future (past the leeway)
+        (_claims(exp=True), 0.5, [satokens.ISSUER]),  # a boolean is no time
         (_claims(), 2000.0, ["other"]),  # meant for other audiences
         (_claims(aud="vault"), 2000.0, [satokens.ISSUER]),
         (_claims(iss="kubernetes/serviceaccount"), 2000.0, [satokens.ISSUER]),  # a legacy token's issuer
@@ -143,3 +147,54 @@ def test_claims_that_do_not_make_a_subject(
 def test_a_single_audience_string_counts_and_only_matching_audiences_are_reported() -> None:
     subject = satokens.subject_of(_claims(aud="vault"), 2000.0, ["vault", "x"])
     assert subject is not None and subject.audiences == ("vault",)
+
+
+def test_a_minute_of_clock_skew_is_allowed_as_go_jose_allows() -> None:
+    """Replicas' clocks may differ: a token counts from a minute before ``nbf``/``iat`` to a minute past
+    ``exp`` (go-jose's default leeway, which upstream's validator uses)."""
+    for now in (941.0, 4659.0):
+        assert satokens.subject_of(_claims(), now, [satokens.ISSUER]) is not None
+
+
+def _signed(claims: dict[str, object]) -> tuple[str, ec.EllipticCurvePublicKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return legacytokens.sign(key, claims), key.public_key()
+
+
+def test_only_unpadded_base64url_tokens_are_read() -> None:
+    """One token, one spelling (go-jose's ``RawURLEncoding``): padding, the standard alphabet's ``+``/``/``
+    and stray characters make it no token, though Python's decoder would skip or accept them."""
+    token, public = _signed(_claims())
+    assert legacytokens.signed_claims(token, public) == _claims()
+    head, payload, signature = token.split(".")
+    variants = [
+        f"{head}.{payload}.{signature}==",
+        f"{head}.{payload}.{signature[:10]}!*~{signature[10:]}",
+        f"{head}=.{payload}.{signature}",
+        f"{head}.{payload}.{signature.replace('-', '+').replace('_', '/')}",
+        f"{head}.{payload}.{signature}A",  # a length no base64 text has
+    ]
+    for variant in variants:
+        if variant != token:
+            assert legacytokens.signed_claims(variant, public) is None, variant
+
+
+def test_a_legacy_token_whose_subject_names_another_account_is_refused() -> None:
+    """Upstream's legacy validator: ``sub`` must be the account the private claims name."""
+    claims = legacytokens.claims_for("ns", "sa", "uid-1", "sa-token")
+    token, public = _signed(claims)
+    assert legacytokens.verify(token, public) is not None
+    forged, public = _signed({**claims, "sub": "system:serviceaccount:ns:admin"})
+    assert legacytokens.verify(forged, public) is None
+
+
+def test_tokens_end_a_minute_past_a_deletion_deadline_or_at_once() -> None:
+    """An account, Pod, Secret or Node being deleted (held by a finalizer, or a pod terminating): bound
+    tokens keep working until a minute past its ``deletionTimestamp``, legacy tokens stop at once."""
+    deleting = {"name": "x", "deletionTimestamp": "2026-12-05T10:00:00Z"}
+    at = timeutil.parse_time("2026-12-05T10:00:00Z")
+    assert at is not None
+    assert not satokens.deleted_since({"name": "x"}, at + 3600, satokens.LEEWAY_SECONDS)
+    assert not satokens.deleted_since(deleting, at + 60, satokens.LEEWAY_SECONDS)
+    assert satokens.deleted_since(deleting, at + 61, satokens.LEEWAY_SECONDS)
+    assert satokens.deleted_since(deleting, at - 5, 0)

@@ -20,6 +20,7 @@ from vplane.apiserver import codec, satokens, timeutil
 from vplane.apiserver.authz import Attributes, forbidden_reason
 from vplane.apiserver.context import RequestContext, UserInfo
 from vplane.apiserver.handlers import object_response, response_format
+from vplane.apiserver.kinds.kubernetesservice import advertise_address
 from vplane.apiserver.kubeletclient import KubeletClient
 from vplane.apiserver.registry import CreateHandler, ResourceType
 from vplane.kube import errors, openapi, structural
@@ -257,13 +258,17 @@ class Reviews:
         token = str(spec.get("token", ""))
         user: UserInfo | None = None
         requested = [str(a) for a in spec.get("audiences") or []]
-        answered = requested
+        wanted = requested or [satokens.ISSUER]  # upstream: the API server's own audiences by default
+        answered: list[str] = []
         if token:
-            subject = self.service_account_subject(token, requested or [satokens.ISSUER])
+            subject = self.service_account_subject(token, wanted)
             if subject is not None:
                 user = subject.user()
-                answered = list(subject.audiences) if requested else []  # the ones the token is good for
-            for authenticator in self.server.token_authenticators if user is None else ():
+                answered = [a for a in wanted if a in subject.audiences]
+            # Every other kind of token (static, add-on, legacy Secret tokens) is for this API server only,
+            # as upstream wraps audience-agnostic authenticators: asked for other audiences, it is no answer.
+            others = self.server.token_authenticators if user is None and satokens.ISSUER in wanted else ()
+            for authenticator in others:
                 try:
                     if authenticator is self:  # bound tokens were checked above, for these audiences
                         user = self._legacy_token_user(token) if token.count(".") == 2 else None
@@ -272,6 +277,7 @@ class Reviews:
                 except errors.StatusError:
                     user = None
                 if user is not None:
+                    answered = [satokens.ISSUER]
                     break
         status: Obj = {"authenticated": user is not None, "user": user.to_dict() if user else {}}
         if answered:
@@ -350,7 +356,10 @@ class Reviews:
         if claims is None:
             return None
         subject = satokens.subject_of(claims, self.server.clock(), audiences)
-        if subject is None or self._live_account(subject.namespace, subject.name) != subject.uid:
+        live = (
+            self._live_account(subject.namespace, subject.name, satokens.LEEWAY_SECONDS) if subject else None
+        )
+        if subject is None or live != subject.uid:
             return None
         if (
             subject.bound is not None
@@ -370,11 +379,18 @@ class Reviews:
         if request.path.rstrip("/") == satokens.JWKS:
             body, kind = {"keys": [legacytokens.jwk(key)]}, "application/jwk-set+json"
         else:
-            body, kind = satokens.openid_configuration(f"https://{request.host}"), "application/json"
+            body, kind = satokens.openid_configuration(self._jwks_uri()), "application/json"
         return web.Response(
             body=json.dumps(body).encode(),
             headers={"Content-Type": kind, "Cache-Control": "public, max-age=3600"},
         )
+
+    def _jwks_uri(self) -> str:
+        settings = self.server.settings
+        if settings.service_account_jwks_uri:
+            return settings.service_account_jwks_uri
+        host = advertise_address(settings.advertise_address, settings.listen_host)
+        return f"https://{f'[{host}]' if ':' in host else host}:{self.server.port}{satokens.JWKS}"
 
     def _signing_key(self) -> ec.EllipticCurvePrivateKey:
         ca = self.server.ca
@@ -396,9 +412,8 @@ class Reviews:
         if not isinstance(ref, dict) or not ref:
             return None
         kind, name, uid = str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", ""))
-        if kind not in satokens.BOUND_KINDS:
-            api_version = str(ref.get("apiVersion", ""))
-            group, _, version = api_version.rpartition("/")
+        group, _, version = str(ref.get("apiVersion", "")).rpartition("/")
+        if group or kind not in satokens.BOUND_KINDS:  # a core Pod, Secret or Node only, as upstream
             raise errors.bad_request(f"cannot bind token to object of type {group}/{version}, Kind={kind}")
         resource = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}[kind]
         rtype = self.server.registry.get("", "v1", resource)
@@ -430,15 +445,14 @@ class Reviews:
         )
         if found is None:
             return None
-        deleting = found["metadata"].get("deletionTimestamp")
-        if (
-            bound.kind == "Pod"
-            and deleting
-            and (timeutil.parse_time(str(deleting)) or 0.0) < self.server.clock() - 60
-        ):
-            return None  # upstream keeps a terminating pod's tokens working until a minute past its deadline
-
+        if self._deleted_since(found, satokens.LEEWAY_SECONDS):
+            return (
+                None  # upstream keeps a terminating object's tokens working until a minute past its deadline
+            )
         return str(found["metadata"].get("uid", ""))
+
+    def _deleted_since(self, obj: Obj, seconds: float) -> bool:
+        return satokens.deleted_since(obj["metadata"], self.server.clock(), seconds)
 
     def _legacy_token_user(self, token: str) -> UserInfo | None:
         """A legacy Secret-based token (``legacytokens``): signed with the cluster CA's key, held by its
@@ -465,7 +479,7 @@ class Reviews:
             held = None
         if held is None or not hmac.compare_digest(held, token):
             return None
-        if self._live_account(namespace, account) != uid:
+        if self._live_account(namespace, account, 0) != uid:  # legacy: invalid once deletion starts
             return None
         return UserInfo(
             f"system:serviceaccount:{namespace}:{account}",
@@ -473,10 +487,14 @@ class Reviews:
             ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"),
         )
 
-    def _live_account(self, namespace: str, name: str) -> str | None:
+    def _live_account(self, namespace: str, name: str, grace: float) -> str | None:
+        """The account's UID while it exists and is not deleted (a bound token keeps ``grace`` seconds past
+        its deletion deadline, a legacy token none: upstream's ``claims.go`` and ``legacy.go``)."""
         rtype = self.server.registry.get("", "v1", "serviceaccounts")
         account = self.server.objects.get(rtype, namespace, name) if rtype is not None else None
-        return str(account["metadata"].get("uid", "")) if account is not None else None
+        if account is None or self._deleted_since(account, grace):
+            return None
+        return str(account["metadata"].get("uid", ""))
 
 
 def decode_into_schema(ctx: RequestContext, obj: Obj, definition: str, kind: str, version: str) -> None:

@@ -13,19 +13,24 @@ UIDs the token names, so deleting either revokes it.
 Expiration follows kube-apiserver: ``spec.expirationSeconds`` defaults to 3600, must be an integer (a
 string or a fraction is a decoding error, 400), at least 10 minutes and at most 2^32 seconds (422), and is
 shortened to the server's maximum with a warning. Upstream lengthens pod-bound tokens of exactly 3607 s
-(``--service-account-extend-token-expiration``); tokens here are never bound to pods, so nothing is.
+(``--service-account-extend-token-expiration``); here they keep the time asked for (the node runtime
+refreshes its pods' projected tokens before they expire), so nothing is lengthened.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
+from vplane.apiserver import timeutil
 from vplane.apiserver.context import UserInfo
 from vplane.kube import errors
 
 DEFAULT_SECONDS = 3600
+LEEWAY_SECONDS = 60
+"""Clock skew allowed on ``exp``, ``nbf`` and ``iat``, and after a bound object's or account's deletion
+(upstream: go-jose's default leeway, and ``claims.go``'s minute past ``deletionTimestamp``)."""
 MIN_SECONDS = 10 * 60
 MAX_SECONDS = 1 << 32
 _INT64 = 1 << 63
@@ -148,8 +153,12 @@ def subject_of(claims: dict[str, Any], now: float, audiences: Sequence[str]) -> 
     matched = tuple(a for a in token_audiences if a in audiences)
     if not matched:
         return None
-    exp, nbf = claims.get("exp"), claims.get("nbf", 0)
-    if not isinstance(exp, int | float) or not isinstance(nbf, int | float) or not nbf <= now < exp:
+    exp, nbf, iat = claims.get("exp"), claims.get("nbf", 0), claims.get("iat", 0)
+    if not (_time(exp) and _time(nbf) and _time(iat)):
+        return None
+    # go-jose's checks with its default minute of leeway (replicas' clocks may differ a little): not
+    # expired, not before its time, not issued in the future
+    if not (nbf - LEEWAY_SECONDS <= now < exp + LEEWAY_SECONDS and iat - LEEWAY_SECONDS <= now):
         return None
     private = claims.get("kubernetes.io")
     if not isinstance(private, dict):
@@ -170,11 +179,25 @@ def subject_of(claims: dict[str, Any], now: float, audiences: Sequence[str]) -> 
     return Subject(namespace, name, uid, bound, jti if isinstance(jti, str) else "", matched)
 
 
-def openid_configuration(external: str) -> dict[str, Any]:
-    """The OIDC discovery document, with the key set at ``external`` (the address the caller used)."""
+def deleted_since(metadata: dict[str, Any], now: float, seconds: float) -> bool:
+    """The object is being deleted and its deletion deadline passed more than ``seconds`` ago (with 0: it
+    is being deleted at all). Tokens of an account or bound object end then (upstream's ``claims.go``
+    allows bound tokens a minute, ``legacy.go`` legacy ones nothing)."""
+    deleting = metadata.get("deletionTimestamp")
+    if not deleting:
+        return False
+    return seconds <= 0 or (timeutil.parse_time(str(deleting)) or 0.0) < now - seconds
+
+
+def _time(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def openid_configuration(jwks_uri: str) -> dict[str, Any]:
+    """The OIDC discovery document, naming where the key set is (``service_account_jwks_uri``)."""
     return {
         "issuer": ISSUER,
-        "jwks_uri": external + JWKS,
+        "jwks_uri": jwks_uri,
         "response_types_supported": ["id_token"],
         "subject_types_supported": ["public"],
         "id_token_signing_alg_values_supported": ["ES256"],

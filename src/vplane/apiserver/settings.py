@@ -221,6 +221,10 @@ class APIServerSettings(BaseModel):
     advertise_address: str = ""
     """The address the ``kubernetes`` endpoints give for this server (``--advertise-address``); empty: the
     listen address, or 127.0.0.1 (::1) when it is unspecified or a name."""
+    service_account_jwks_uri: str = ""
+    """``jwks_uri`` of the issuer discovery document (``--service-account-jwks-uri``); empty:
+    ``https://<advertise address>:<port>/openid/v1/jwks``, never the Host a caller sent (a shared cache of
+    the public document must not learn an attacker's address)."""
     service_ip_repair_interval_seconds: float = Field(default=180.0, gt=0)
     """How often allocation records are checked against Services (upstream repairs every 3 minutes): a
     missing IPAddress or node port record is written, one no Service holds is removed once it is this
@@ -240,6 +244,13 @@ class APIServerSettings(BaseModel):
     @classmethod
     def _node_port_range(cls, value: str) -> str:
         PortRange.parse(value)
+        return value
+
+    @field_validator("service_account_jwks_uri")
+    @classmethod
+    def _jwks_uri(cls, value: str) -> str:
+        if value and not value.startswith("https://"):
+            raise ValueError("must be an https:// URL")
         return value
 
     @field_validator("advertise_address")

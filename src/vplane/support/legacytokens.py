@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -36,7 +37,14 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
 def _unb64(text: str) -> bytes:
+    """Unpadded base64url only, as go-jose decodes (``RawURLEncoding``): Python's decoder would also take
+    padding, ``+``/``/`` and skip stray characters, giving one token many spellings."""
+    if not _B64URL.fullmatch(text) or len(text) % 4 == 1:
+        raise ValueError("not unpadded base64url")
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
@@ -102,6 +110,9 @@ def verify(token: str, key: ec.EllipticCurvePublicKey) -> dict[str, str] | None:
         return None
     wanted = (NAMESPACE_CLAIM, SECRET_NAME_CLAIM, ACCOUNT_NAME_CLAIM, ACCOUNT_UID_CLAIM)
     if not all(isinstance(claims.get(c), str) and claims.get(c) for c in wanted):
+        return None
+    # upstream's legacy validator: ``sub`` must name the same account ("sub claim is invalid")
+    if claims.get("sub") != f"system:serviceaccount:{claims[NAMESPACE_CLAIM]}:{claims[ACCOUNT_NAME_CLAIM]}":
         return None
     return {c: str(claims[c]) for c in wanted}
 
