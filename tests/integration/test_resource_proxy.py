@@ -813,6 +813,10 @@ class TestProxy:
         )
         assert (patch.status, patch.message) == (404, "resource not found")
         assert "resource not found" in client.fails("delete", "myresource", "foreign", "-n", "default").stderr
+        # A subresource shows the object as well: its GET is masked as the object's own.
+        status = via.call("GET", objects_path("default", "foreign") + "/status")
+        assert (status.status, status.message) == (404, "resource not found")
+        assert client.run("get", "myresource", "foreign", "-n", "default", check=False).code == 1
         assert labels_of(target_object(env, "foreign")) == {}, "untouched"
         text = env.metrics("client")
         for verb in ("get", "update", "patch", "delete"):
@@ -914,17 +918,20 @@ class TestProxy:
             check=False,
         )
         assert check.returncode != 0 and "NotFound" in check.stderr
-        text = env.metrics("decom")
-        assert (
-            count(
-                text,
-                "vcluster_proxy_request_total",
-                group_version="zz.example/v1",
-                code="404",
-                reason="upstream",
+
+        def zz(**labels: str) -> float:
+            return count(
+                env.metrics("decom"), "vcluster_proxy_request_total", group_version="zz.example/v1", **labels
             )
-            == 1
-        )
+
+        assert zz(code="404", reason="upstream") == 1
+        # Its discovery: the target's 404 gives the fallback, and the request's series carries the
+        # fallback's reason (spec: "the matching request_total series also carries the fallback reason").
+        before = zz(reason="upstream_error")
+        discovery = env.via("decom").call("GET", "/apis/zz.example/v1")
+        assert discovery.status == 200 and [r["verbs"] for r in discovery.json()["resources"]] == [["get"]]
+        assert zz(verb="get", code="200", reason="upstream_error") > before
+        assert not zz(code="200", reason="upstream")
 
     def test_target_rbac_403_passes_through(self, env: Env) -> None:
         """Target RBAC governs proxied requests: without `create`, the target's 403 reaches the caller as is,

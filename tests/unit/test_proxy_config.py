@@ -46,6 +46,14 @@ def test_target_required_even_when_disabled() -> None:
     ]
 
 
+def test_an_entry_with_several_faults_reports_each() -> None:
+    assert validate(proxy({"widgets.example.com/v1": {"enabled": True, "accessResources": "mine"}})) == [
+        "experimental.proxy.customResources['widgets.example.com/v1'].targetVirtualCluster is required",
+        "experimental.proxy.customResources['widgets.example.com/v1'].accessResources: invalid value "
+        "\"mine\", must be 'owned' or 'all'",
+    ]
+
+
 def test_access_resources_enum() -> None:
     assert validate(proxy({"widgets.example.com/v1": {**TARGET, "accessResources": "mine"}})) == [
         "experimental.proxy.customResources['widgets.example.com/v1'].accessResources: invalid value "

@@ -22,20 +22,22 @@ LIVE = (
 )
 
 
-def make(target: FakeTarget, budget: float) -> tuple[ResourceProxy, ProxyMetrics]:
+def make(
+    target: FakeTarget, budget: float, *, cap: float = 60.0, proxied: ProxyTarget = TARGET
+) -> tuple[ResourceProxy, ProxyMetrics]:
     async def namespace_exists(namespace: str) -> bool:
         return True
 
     metrics = ProxyMetrics(list)
     proxy = ResourceProxy(
-        TARGET,
+        proxied,
         client_name="client",
         client_project="default",
         access_key=lambda: "k" * 64,
         dial=target.dial,
         namespace_exists=namespace_exists,
         metrics=metrics,
-        settings=ProxySettings(discovery_timeout_seconds=budget),
+        settings=ProxySettings(discovery_timeout_seconds=budget, request_timeout_seconds=cap),
     )
     return proxy, metrics
 
@@ -71,3 +73,12 @@ async def test_without_a_peer_list_the_check_falls_back_once_the_budget_is_spent
     assert status == 200 and b"myresources" in body  # the synthetic document
     assert target.dials == 0
     assert 'reason="no_peer"' in fallbacks(metrics)
+
+
+async def test_the_startup_probe_of_a_target_that_never_answers_fails_at_the_cap() -> None:
+    """The startup probe is capped as requests are: a target that takes the connection and never answers
+    fails it (the runbook's "initial probe of proxy target failed" follows) instead of holding it."""
+    target = FakeTarget(b"HTTP/1.1 200 OK\r\n")  # and then nothing, not even the end of its headers
+    proxy, _ = make(target, budget=5.0, cap=0.2)
+    proxy.publish([PEER])
+    assert await asyncio.wait_for(proxy.probe(), 5) is False

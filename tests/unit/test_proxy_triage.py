@@ -38,6 +38,16 @@ def test_no_healthy_peers_is_path_degradation() -> None:
     assert 'vcluster_proxy_peers{state="healthy"} is 0' in verdict.evidence
 
 
+def test_a_fresh_empty_list_points_at_peer_publication() -> None:
+    """The runbook: synced "1 with zero peers means the platform published a fresh list with no target
+    endpoint"; the verdict row is still the table's, its evidence says which case it is."""
+    verdict = triage(True, scrape(healthy=0, quarantined=0, synced=1), [])
+    assert verdict.row.startswith("Proxy-path degradation")
+    assert any("published a list without a target endpoint" in e for e in verdict.evidence)
+    quarantined = triage(True, scrape(healthy=0, quarantined=2), [])
+    assert not any("without a target endpoint" in e for e in quarantined.evidence)
+
+
 def test_all_quarantined_increase_between_scrapes() -> None:
     counter = 'vcluster_proxy_target_all_peers_quarantined_total{target="default/target"} '
     before = scrape(extra=counter + "1\n")

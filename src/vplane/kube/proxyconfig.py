@@ -88,7 +88,6 @@ def validate(proxy: Proxy) -> list[str]:
             continue
         if entry.target_virtual_cluster.name == "":
             errors.append(f"{base}.targetVirtualCluster is required")
-            continue
         if entry.access_resources not in ("", ACCESS_OWNED, ACCESS_ALL):
             errors.append(
                 f"{base}.accessResources: invalid value {_quote(entry.access_resources)}, "

@@ -45,6 +45,7 @@ from vplane.proxy.upstream import (
     bind_selection,
     reset_selection,
 )
+from vplane.support.httpserver import on_connection_lost
 from vplane.support.requestheader import strip_identity_headers
 
 log = structlog.get_logger("vplane.proxy")
@@ -93,12 +94,14 @@ class Unavailable(Exception):
 
 
 class Outcome:
-    """The request's reason and code for ``vcluster_proxy_request_total``: the first reason wins."""
+    """The request's reason and code for ``vcluster_proxy_request_total``: the first reason wins. It also
+    holds the answer once its headers went out (``streaming``): a cap that fires then can only cut it."""
 
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "streaming")
 
     def __init__(self) -> None:
         self.reason = ""
+        self.streaming: web.StreamResponse | None = None
 
     def set(self, reason: str) -> None:
         if not self.reason:
@@ -176,11 +179,14 @@ class ResourceProxy:
         )
         path = f"/apis/{self.target.group}/{self.target.version}"
         try:
-            upstream = await self._send("GET", path, headers, None, Outcome())
-        except Unavailable:
+            # Capped as any request: a target that takes the connection and never answers fails the probe
+            # (and logs so) rather than holding it forever.
+            async with Deadline(self.settings.request_timeout_seconds):
+                upstream = await self._send("GET", path, headers, None, Outcome())
+                async with upstream:
+                    return upstream.status < 500
+        except (Unavailable, DeadlineExceeded):
             return False
-        async with upstream:
-            return upstream.status < 500
 
     # -- dial accounting ---------------------------------------------------------------------------------
 
@@ -262,6 +268,8 @@ class ResourceProxy:
             async with Deadline(self.settings.request_timeout_seconds) as deadline:
                 response = await self._request(request, info, outcome, deadline)
         except DeadlineExceeded:
+            if outcome.reason == "upstream":  # the answer had begun; the cap ended it
+                outcome.reason = ""
             outcome.set("deadline")
             self.metrics.terminations.labels(self.label, "deadline").inc()
             url = self._base + request.rel_url.path_qs
@@ -271,7 +279,14 @@ class ResourceProxy:
                 error=f'{request.method.capitalize()} "{url}": context deadline exceeded',
                 url=url,
             )
-            response = self._unavailable_response("context deadline exceeded")
+            if outcome.streaming is not None:
+                # Its status line and part of its body are out: a 503 now would land inside that body.
+                # The connection is cut, so the caller cannot take the partial answer for a whole one.
+                response = outcome.streaming
+                if request.transport is not None:
+                    request.transport.abort()
+            else:
+                response = self._unavailable_response("context deadline exceeded")
         finally:
             self._inflight.dec()
             duration = self._durations.get(verb)
@@ -323,9 +338,10 @@ class ResourceProxy:
         except DeadlineExceeded:
             outcome.set("deadline")
             return self._fallback("upstream_error")
-        outcome.set("upstream")
         if status in (401, 404) or status >= 500:
+            outcome.set("upstream_error")  # the request's series carries the fallback's reason
             return self._fallback("upstream_error")
+        outcome.set("upstream")
         if status == 200:
             self._names.update(discovery.names_of(body))
         return status, body, answer_headers
@@ -426,6 +442,11 @@ class ResourceProxy:
             selector = ownership.merge_selector(request.rel_url.query.get("labelSelector"), self.owner)
             query = [(k, v) for k, v in query if k != "labelSelector"] + [("labelSelector", selector)]
             return request.rel_url.path + "?" + urlencode(query, quote_via=quote)
+        if info.name and info.subresource and request.method in ("GET", "HEAD"):
+            # A subresource (status, scale) shows the object too: owned, or 404 as the object's own GET.
+            denied = await self._check_owned(info, outcome, headers)
+            if denied is not None:
+                return denied
         if info.name and request.method in ("PUT", "PATCH", "DELETE"):
             # Server-side apply creates a missing object: its ownership GET's 404 lets it through (the
             # apply patch carries the labels).
@@ -578,11 +599,20 @@ class ResourceProxy:
         content_type = upstream.headers.get("Content-Type", "")
         count = content_type.startswith(JSON_TYPE) and not upstream.headers.get("Content-Encoding")
         gauge.inc()
+        # A caller that goes ends its watch now, not at the target's next event (which may be long off).
+        task = asyncio.current_task()
+
+        def caller_gone() -> None:
+            if task is not None:
+                task.cancel()
+
+        forget = on_connection_lost(request, caller_gone)
         try:
             return await self._relay(
-                request, upstream, on_chunk=(lambda c: events.inc(c.count(b"\n"))) if count else None
+                request, upstream, outcome, on_chunk=(lambda c: events.inc(c.count(b"\n"))) if count else None
             )
         finally:
+            forget()
             gauge.dec()
 
     # -- upstream --------------------------------------------------------------------------------------
@@ -633,7 +663,7 @@ class ResourceProxy:
             outcome.set("upstream")
             return web.Response(body=data, status=404, headers=_end_to_end(upstream.headers))
         outcome.set("upstream")
-        return await self._relay(request, upstream)
+        return await self._relay(request, upstream, outcome)
 
     def _forget_namespace(self, data: bytes) -> None:
         """A write answered ``namespaces "x" not found``: the target lost the namespace; mirror it again."""
@@ -648,6 +678,7 @@ class ResourceProxy:
         self,
         request: web.BaseRequest,
         upstream: UpstreamResponse,
+        outcome: Outcome,
         on_chunk: Callable[[bytes], object] | None = None,
     ) -> web.StreamResponse:
         async with upstream:
@@ -664,6 +695,7 @@ class ResourceProxy:
             else:
                 response = web.StreamResponse(status=upstream.status, headers=_end_to_end(upstream.headers))
                 response.enable_chunked_encoding()
+            outcome.streaming = response
             try:
                 await response.prepare(request)
                 async for chunk in upstream.content.iter_any():

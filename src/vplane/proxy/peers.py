@@ -153,7 +153,8 @@ class PeerCache:
             self._down_since = self.clock()
 
     def subscription_up(self) -> None:
-        """The subscription is back; the list is trusted again once it is republished (publish)."""
+        """The subscription is back and the platform's list is the one held (the feed's sequence did not
+        move), so it is current again; a changed list arrives through :meth:`publish` instead."""
         self._subscription_up = True
 
     # -- readings ------------------------------------------------------------------------------------

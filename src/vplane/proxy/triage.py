@@ -166,6 +166,14 @@ def triage(
         evidence = []
         if peers_reported and healthy == 0:
             evidence.append('vcluster_proxy_peers{state="healthy"} is 0')
+            if now.total("vcluster_proxy_peers") == 0 and synced:
+                # The runbook: synced "1 with zero peers means the platform published a fresh list with no
+                # target endpoint" (requests read no_peer): the publication side, not the network path.
+                evidence.append(
+                    "vcluster_proxy_peer_cache_synced is 1 with no peer in any state: the platform published "
+                    "a list without a target endpoint (check that the target's control-plane peers are "
+                    "registered)"
+                )
         if all_quarantined > 0:
             evidence.append(
                 f"vcluster_proxy_target_all_peers_quarantined_total increased by {all_quarantined:g}"
