@@ -19,6 +19,7 @@ from vplane.agent.settings import AgentSettings
 from vplane.platform.admission import cluster_limit_message, over_cluster_limit
 from vplane.platform.clusters import status as st
 from vplane.platform.clusters import values as av
+from vplane.platform.kinds import ClusterStrategy
 
 ROOT = Path(__file__).resolve().parents[2]
 GRACE = 10.0
@@ -249,6 +250,9 @@ def test_agent_values_precedence() -> None:
         ("env: [unclosed", "not valid YAML"),
         ("- a\n- b\n", "must be a YAML mapping"),
         ("a: &x 1\nb: *x\n", "aliases are not supported"),
+        ("1: a\n", "not a string at 1"),
+        ("env:\n  true: x\n", "not a string at env.True"),
+        ("tolerations:\n- {2: x}\n", r"not a string at tolerations\[0\]\.2"),
     ],
 )
 def test_malformed_agent_values_name_the_cause(text: str, words: str) -> None:
@@ -372,3 +376,28 @@ def test_online_agrees_with_no_online_peers() -> None:
     assert patch is not None and patch["reason"] == "NoOnlinePeers" and patch["online"] is False
     healthy = st.status_patch({}, st.initialized(), online=True)
     assert healthy is not None and healthy["online"] is True
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({}, "spec"),
+        ({"config": {"secretNamespace": "x"}}, "spec.config.secretName"),
+        ({"config": {"key": "config"}}, "spec.config.secretName"),
+    ],
+)
+def test_cluster_admission_needs_a_way_to_connect(spec: dict[str, Any], field: str) -> None:
+    strategy = ClusterStrategy()
+    causes = strategy.validate({"metadata": {"name": "c"}, "spec": spec}, None)
+    assert [c.get("field") for c in causes] == [field]
+
+
+def test_cluster_admission_accepts_each_mode() -> None:
+    strategy = ClusterStrategy()
+    for spec in (
+        {"local": True},
+        {"networkPeer": True},
+        {"config": {"secretName": "kc"}},
+        {"config": {}, "networkPeer": True},
+    ):
+        assert strategy.validate({"metadata": {"name": "c"}, "spec": spec}, None) == []

@@ -122,6 +122,16 @@ class ClusterStrategy(CustomResourceStrategy):
                     "one of spec.config, spec.local or spec.networkPeer must be set to connect the cluster",
                 )
             ]
+        config = spec.get("config")
+        if config and not spec.get("local") and not spec.get("networkPeer"):
+            # Direct mode is the only way to connect it: without the Secret's name nothing would connect
+            # and the Cluster would sit with no status at all.
+            if not isinstance(config, dict) or not config.get("secretName"):
+                return [
+                    errors.field_required(
+                        "spec.config.secretName", "the Secret holding the cluster's kubeconfig must be named"
+                    )
+                ]
         return []
 
 

@@ -125,6 +125,9 @@ class ReleaseApplier(Protocol):
     async def settle(self, change: ReleaseChange) -> None:
         """The release is as the platform wants it: clear what an interrupted change left behind."""
 
+    def forget(self, cluster: str) -> None:
+        """The Cluster is gone (or going): drop what the applier remembers of it."""
+
 
 class HelmDirectly:
     async def apply(self, change: ReleaseChange) -> None:
@@ -133,6 +136,9 @@ class HelmDirectly:
         )
 
     async def settle(self, change: ReleaseChange) -> None:
+        return None
+
+    def forget(self, cluster: str) -> None:
         return None
 
 
@@ -199,8 +205,12 @@ class ClusterController:
         )
         self._clients: dict[str, _ClusterClient] = {}
         self._release_checked: dict[str, rc.Located] = {}
-        self._claims: dict[str, str] = {}
-        """UIDs this process recorded, ahead of the informer seeing the annotation."""
+        self._claims: dict[str, tuple[str, int]] = {}
+        """The kube-system UID this replica recorded per Cluster, with the resourceVersion its patch made:
+        the informer's annotation is the record once the informer has seen that version (so removing the
+        annotation clears it); before, the memory stands in for a patch the informer has not delivered."""
+        self._patched: dict[str, str] = {}
+        """The resourceVersion a pass's own patch made, the precondition of that pass's status write."""
         self._pending_seen: dict[tuple[str, str, int], float] = {}
         """(cluster, namespace, revision) of a pending release -> when this process first saw it pending."""
         self._uid_lock = asyncio.Lock()
@@ -239,6 +249,7 @@ class ClusterController:
             return self.settings.cluster_resync_seconds  # another replica holds the tunnel: it writes
         online = any(n.online for n in sessions) if spec.get("networkPeer") else None
         outcome, grace_left = await self._pass(name, cluster, mode, sessions)
+        outcome = st.tunnel_lost(mode, outcome)
         if not await self._write(cluster, outcome, online):
             return self.settings.cluster_offline_requeue_seconds  # and at once, for the newer object's event
         s = self.settings
@@ -483,6 +494,8 @@ class ClusterController:
                 await entry.client.close()
         self._release_checked.pop(name, None)
         self._claims.pop(name, None)
+        self._patched.pop(name, None)
+        self.apply_release.forget(name)
         for seen in [k for k in self._pending_seen if k[0] == name]:
             del self._pending_seen[seen]
         shutil.rmtree(self._dir(name), ignore_errors=True)
@@ -500,21 +513,30 @@ class ClusterController:
                 other_name = str(other["metadata"]["name"])
                 if other_name == name or other["metadata"].get("deletionTimestamp"):
                     continue
-                annotations = other["metadata"].get("annotations") or {}
-                recorded_other = self._claims.get(other_name) or annotations.get(st.CLUSTER_UID_ANNOTATION)
+                recorded_other = self._recorded_uid(other)
                 if recorded_other:
-                    others[other_name] = str(recorded_other)
-            annotations = (cluster.get("metadata") or {}).get("annotations") or {}
-            recorded = str(annotations.get(st.CLUSTER_UID_ANNOTATION) or self._claims.get(name) or "")
+                    others[other_name] = recorded_other
+            recorded = self._recorded_uid(cluster)
             failure, record = st.cluster_uid_gate(name, uid, recorded, others)
             if failure is not None:
                 return failure
             if record:
-                await self.deps.management.patch(
+                patched = await self.deps.management.patch(
                     CLUSTERS, name, {"metadata": {"annotations": {st.CLUSTER_UID_ANNOTATION: uid}}}
                 )
-                self._claims[name] = uid
+                version = str((patched.get("metadata") or {}).get("resourceVersion") or "")
+                self._claims[name] = (uid, _revision(version))
+                if version:
+                    self._patched[name] = version
             return None
+
+    def _recorded_uid(self, cluster: Obj) -> str:
+        meta = cluster.get("metadata") or {}
+        annotation = str((meta.get("annotations") or {}).get(st.CLUSTER_UID_ANNOTATION) or "")
+        claim = self._claims.get(str(meta.get("name", "")))
+        if claim is None or _revision(str(meta.get("resourceVersion") or "")) >= claim[1]:
+            return annotation  # the informer has seen this replica's patch: the annotation is the record
+        return annotation or claim[0]
 
     async def _ensure_namespace(self, client: KubeClient, namespace: str) -> None:
         try:
@@ -735,15 +757,17 @@ class ClusterController:
         """Write the pass's outcome on the Cluster as it was read at the pass's start (its resourceVersion is
         the precondition): a pass that outlived a pause of this replica, or raced another writer, must not
         overwrite what was written meanwhile. False when it was refused; the newer object requeues it."""
+        meta = cluster["metadata"]
+        name = meta["name"]
+        # The pass's own UID patch moved the version it read; that patch is no one else's change.
+        version = self._patched.pop(name, None) or meta.get("resourceVersion")
         current = cluster.get("status") or {}
         patch = st.status_patch(current, outcome, online)
         if patch is None:
             return True
-        meta = cluster["metadata"]
-        name = meta["name"]
         body: Obj = {"status": patch}
-        if meta.get("resourceVersion"):
-            body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        if version:
+            body["metadata"] = {"resourceVersion": version}
         try:
             await self.deps.management.patch(CLUSTERS, name, body, subresource="status")
         except errors.StatusError as exc:  # 404: deleted meanwhile, the delete event follows
@@ -760,3 +784,8 @@ class ClusterController:
                 message=outcome.message,
             )
         return True
+
+
+def _revision(version: str) -> int:
+    """A resourceVersion as the number vplane's API server makes it (0 for anything else)."""
+    return int(version) if version.isdigit() else 0

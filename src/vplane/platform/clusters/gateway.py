@@ -22,6 +22,7 @@ from yarl import URL
 from vplane.kube import errors
 from vplane.kube.accesskeys import agent_subject
 from vplane.mesh.coordinator import NodeInfo
+from vplane.platform.clusters import status as st
 from vplane.platform.clusters.localclient import LocalClient, Unavailable
 from vplane.support.httprelay import relay_response
 from vplane.support.requestheader import HOP_BY_HOP
@@ -68,8 +69,8 @@ class Gateway:
         name, _, node = segment.partition(NODE_SEPARATOR)
         online = [n for n in agent_sessions(self.nodes(), name) if n.online and (not node or n.id == node)]
         if not online:
-            what = f"agent session {node}" if node else "agent session"
-            return _status(errors.service_unavailable(f'cluster "{name}" has no online {what}', 1))
+            what = f"{st.GATEWAY_NO_SESSION} {node}" if node else st.GATEWAY_NO_SESSION
+            return _status(errors.service_unavailable(f'cluster "{name}" {what}', 1))
         try:
             http = self.local.http()
         except Unavailable as exc:
@@ -94,6 +95,6 @@ class Gateway:
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return _status(
-                errors.service_unavailable(f'cannot reach cluster "{name}" through its agent: {exc}', 1)
+                errors.service_unavailable(f'cannot reach cluster "{name}" {st.GATEWAY_UNREACHABLE} {exc}', 1)
             )
         return await relay_response(request, upstream)

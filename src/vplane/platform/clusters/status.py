@@ -173,6 +173,23 @@ def offline_grace_left(
     return left if left > 0 else None
 
 
+GATEWAY_NO_SESSION = "has no online agent session"
+"""In the gateway's 503 when the cluster's tunnel session went away (``gateway.py`` writes it)."""
+GATEWAY_UNREACHABLE = "through its agent:"
+"""In the gateway's 503 when the relay to the agent failed."""
+
+
+def tunnel_lost(mode: Mode | None, outcome: Outcome) -> Outcome:
+    """A tunnel cluster's step that failed because the tunnel went away after the health check passed is
+    the tunnel's state, not a fault of the step: NoOnlinePeers, requeued, rather than a Failed phase that
+    would stand until the next pass."""
+    if mode is not Mode.TUNNEL or outcome.reason not in (INITIALIZE_CLUSTER, HEALTH_CHECK_CLUSTER):
+        return outcome
+    if GATEWAY_NO_SESSION not in outcome.message and GATEWAY_UNREACHABLE not in outcome.message:
+        return outcome
+    return requeue(NO_ONLINE_PEERS, f"the agent's tunnel went away during the pass: {outcome.message}")
+
+
 def peer_check_failed(error: str) -> Outcome:
     return failed(PEER_HEALTH_CHECK, f"health-checking the agent's tunnel sessions failed: {error}")
 

@@ -193,6 +193,10 @@ class UpgradeBridge:
             # Left for the next check (settle): the upgrade itself succeeded.
             log.warning("cannot remove the bridge deployment", cluster=change.cluster, error=_describe(exc))
 
+    def forget(self, cluster: str) -> None:
+        """The Cluster was deleted: a Cluster made again under its name waits for its bridge afresh."""
+        self._forget_waits(cluster)
+
     def _forget_waits(self, cluster: str) -> None:
         for key in [k for k in self._waiting_since if k[0] == cluster]:
             del self._waiting_since[key]

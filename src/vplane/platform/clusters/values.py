@@ -44,7 +44,31 @@ def parse_agent_values(text: str | None, source: str = "annotation loft.sh/agent
         raise AgentValuesInvalid(
             f"the Extra Agent Values ({source}) must be a YAML mapping, not a {type(doc).__name__}"
         )
+    bad = _non_string_key(doc, "")
+    if bad is not None:
+        # Helm's values are JSON objects: a key like `1:` or `true:` has no meaning there (and the release
+        # fingerprint could not be computed); say where it is rather than fail the pass later.
+        raise AgentValuesInvalid(
+            f"the Extra Agent Values ({source}) have a key that is not a string at {bad}"
+        )
     return doc
+
+
+def _non_string_key(node: Any, path: str) -> str | None:
+    """The path of the first mapping key that is not a string, anywhere in ``node``."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if not isinstance(key, str):
+                return f"{path}.{key!r}" if path else repr(key)
+            found = _non_string_key(value, f"{path}.{key}" if path else key)
+            if found is not None:
+                return found
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            found = _non_string_key(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

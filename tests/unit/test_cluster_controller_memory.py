@@ -1,0 +1,166 @@
+"""What the Cluster loop remembers between passes: its own UID record until the informer delivers it, the
+precondition of the status write after its own patch, and forgetting a deleted Cluster everywhere.
+
+The management API is a fake that records patches (pure memory decisions; the loop against a real platform
+is in ``tests/integration/test_connected_clusters.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from vplane.controllers.client import Resource
+from vplane.kube import errors
+from vplane.kube.objects import Obj
+from vplane.platform.clusters import status as st
+from vplane.platform.clusters.controller import ClusterController, ClusterDeps, ReleaseChange
+from vplane.platform.clusters.upgrade import UpgradeBridge
+from vplane.platform.settings import PlatformSettings
+
+
+class FakeManagement:
+    def __init__(self) -> None:
+        self.version = 10
+        self.patches: list[tuple[str, Obj, str | None]] = []
+        self.conflict = False
+
+    async def patch(
+        self, resource: Resource, name: str, patch: Obj, *, subresource: str | None = None, **_: Any
+    ) -> Obj:
+        self.patches.append((name, patch, subresource))
+        if self.conflict:
+            raise errors.conflict("clusters", name, "management.loft.sh")
+        self.version += 1
+        return {"metadata": {"name": name, "resourceVersion": str(self.version)}}
+
+    async def delete(self, resource: Resource, name: str, **_: Any) -> Obj:
+        return {}
+
+
+class RecordingApplier:
+    def __init__(self) -> None:
+        self.forgotten: list[str] = []
+
+    async def apply(self, change: ReleaseChange) -> None:
+        raise AssertionError("not applied in these tests")
+
+    async def settle(self, change: ReleaseChange) -> None:
+        return None
+
+    def forget(self, cluster: str) -> None:
+        self.forgotten.append(cluster)
+
+
+def make(tmp_path: Path, applier: Any = None) -> tuple[ClusterController, FakeManagement]:
+    management = FakeManagement()
+    deps = ClusterDeps(
+        management=cast(Any, management),
+        settings=PlatformSettings(data_dir=tmp_path),
+        local=cast(Any, None),
+        gateway=cast(Any, None),
+        nodes=list,
+        platform_url="https://platform:8443",
+        ca_pem=b"",
+        agent_key=cast(Any, None),
+        local_kubeconfig=tmp_path / "kubeconfig",
+        version="0.0.0",
+        data_dir=tmp_path,
+    )
+    if applier is None:
+        return ClusterController(deps), management
+    return ClusterController(deps, apply_release=applier), management
+
+
+def cluster(version: str, uid: str = "", status: Obj | None = None) -> Obj:
+    annotations = {st.CLUSTER_UID_ANNOTATION: uid} if uid else {}
+    return {
+        "metadata": {"name": "c1", "resourceVersion": version, "annotations": annotations},
+        "spec": {"networkPeer": True},
+        "status": status or {},
+    }
+
+
+async def test_own_record_stands_in_until_the_informer_delivers_it_then_the_annotation_rules(
+    tmp_path: Path,
+) -> None:
+    controller, management = make(tmp_path)
+    assert await controller._claim_uid("c1", cluster("10"), "uid-a") is None
+    assert management.patches[0][1] == {"metadata": {"annotations": {st.CLUSTER_UID_ANNOTATION: "uid-a"}}}
+    # The informer still holds version 10 (no annotation): the memory is the record.
+    assert controller._recorded_uid(cluster("10")) == "uid-a"
+    # It delivered the patch (version 11): the annotation is the record ...
+    assert controller._recorded_uid(cluster("11", "uid-a")) == "uid-a"
+    # ... so a user removing it later clears the record (before: the memory kept it for the process's life).
+    assert controller._recorded_uid(cluster("12")) == ""
+    # A different recorded UID still fails the gate.
+    failure = await controller._claim_uid("c1", cluster("12", "uid-a"), "uid-b")
+    assert failure is not None and failure.reason == st.CLUSTER_UID
+
+
+async def test_status_write_after_own_patch_uses_that_patch_as_precondition(tmp_path: Path) -> None:
+    controller, management = make(tmp_path)
+    read = cluster("10")
+    await controller._claim_uid("c1", read, "uid-a")
+    assert await controller._write(read, st.initialized(), online=True)
+    name, body, subresource = management.patches[-1]
+    assert subresource == "status" and body["metadata"] == {"resourceVersion": "11"}
+    # The next pass (nothing patched) uses the version it read.
+    assert await controller._write(cluster("12"), st.requeue(st.OFFLINE, "gone"), online=False)
+    assert management.patches[-1][1]["metadata"] == {"resourceVersion": "12"}
+
+
+async def test_a_pass_that_writes_nothing_still_consumes_its_precondition(tmp_path: Path) -> None:
+    controller, management = make(tmp_path)
+    done = {"phase": "Initialized", "reason": "", "message": "", "online": True}
+    await controller._claim_uid("c1", cluster("10"), "uid-a")
+    assert await controller._write(cluster("10", status=done), st.initialized(), online=True)
+    assert len(management.patches) == 1  # unchanged status: no write
+    # A later pass must not carry the stale "11" (it would 409 once for nothing).
+    assert await controller._write(cluster("20"), st.requeue(st.OFFLINE, "gone"), online=False)
+    assert management.patches[-1][1]["metadata"] == {"resourceVersion": "20"}
+
+
+async def test_refused_write_says_so(tmp_path: Path) -> None:
+    controller, management = make(tmp_path)
+    management.conflict = True
+    assert not await controller._write(cluster("10"), st.initialized(), online=True)
+
+
+async def test_forget_reaches_the_release_applier(tmp_path: Path) -> None:
+    applier = RecordingApplier()
+    controller, _ = make(tmp_path, applier)
+    await controller._claim_uid("c1", cluster("10"), "uid-a")
+    await controller._forget("c1", deleted=True)
+    assert applier.forgotten == ["c1"]
+    assert controller._recorded_uid(cluster("10")) == ""  # the memory went with it
+
+
+def test_upgrade_bridge_forgets_a_deleted_clusters_wait(tmp_path: Path) -> None:
+    bridge = UpgradeBridge(PlatformSettings(data_dir=tmp_path))
+    bridge._waiting_since[("c1", "digest")] = 1.0
+    bridge._waiting_since[("c2", "digest")] = 1.0
+    bridge.forget("c1")
+    assert list(bridge._waiting_since) == [("c2", "digest")]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        'build a client for the cluster: reading namespace kube-system: cluster "c1" '
+        + st.GATEWAY_NO_SESSION,
+        'cannot reach cluster "c1" ' + st.GATEWAY_UNREACHABLE + " connection reset",
+    ],
+)
+def test_a_tunnel_lost_mid_pass_is_no_online_peers_not_failed(message: str) -> None:
+    failed = st.failed(st.INITIALIZE_CLUSTER, message)
+    outcome = st.tunnel_lost(st.Mode.TUNNEL, failed)
+    assert (outcome.phase, outcome.reason, outcome.kind) == ("", st.NO_ONLINE_PEERS, "requeue")
+    assert message in outcome.message
+    # A direct cluster's failure, or any other reason, stands as it is.
+    assert st.tunnel_lost(st.Mode.DIRECT, failed) is failed
+    other = st.failed(st.CLUSTER_UID, message)
+    assert st.tunnel_lost(st.Mode.TUNNEL, other) is other
+    plain = st.step_failed(st.Step.RBAC, "forbidden")
+    assert st.tunnel_lost(st.Mode.TUNNEL, plain) is plain
