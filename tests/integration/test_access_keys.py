@@ -214,6 +214,45 @@ spec: {networkPeer: true}
     )
 
 
+def test_an_earlier_clusters_key_is_not_inherited_by_a_cluster_of_the_same_name(keys: Keys) -> None:
+    """A Cluster deleted and made again under its name before the platform's loop saw it go leaves the old
+    agent's key `cluster-edge` behind, made for the old UID: the new Cluster's key replaces it (the old agent
+    is cut off), while a key without the UID label (made before keys carried it) is adopted."""
+    k = keys.k
+    k.apply("""apiVersion: management.loft.sh/v1
+kind: AccessKey
+metadata: {name: cluster-edge, labels: {loft.sh/cluster: edge, vplane.io/cluster-object-uid: earlier-uid}}
+spec: {type: Agent, subject: "loft:cluster:edge", key: earlier-key-0001, scope: {roles: [{role: agent}]}}
+---
+apiVersion: management.loft.sh/v1
+kind: Cluster
+metadata: {name: edge}
+spec: {networkPeer: true}
+""")
+    uid = k.run("get", "cluster", "edge", "-o", "jsonpath={.metadata.uid}").stdout
+    answer = json.loads(k.run("get", "--raw", "/apis/management.loft.sh/v1/clusters/edge/accesskey").stdout)
+    assert answer["accessKey"] != "earlier-key-0001"
+    label = k.run(
+        "get", "accesskey", "cluster-edge", "-o", "jsonpath={.metadata.labels.vplane\\.io/cluster-object-uid}"
+    )
+    assert label.stdout == uid
+    again = json.loads(k.run("get", "--raw", "/apis/management.loft.sh/v1/clusters/edge/accesskey").stdout)
+    assert again["accessKey"] == answer["accessKey"]  # the live Cluster's own key is reused
+
+    k.apply("""apiVersion: management.loft.sh/v1
+kind: AccessKey
+metadata: {name: cluster-old, labels: {loft.sh/cluster: old}}
+spec: {type: Agent, subject: "loft:cluster:old", key: unlabelled-key-0001, scope: {roles: [{role: agent}]}}
+---
+apiVersion: management.loft.sh/v1
+kind: Cluster
+metadata: {name: old}
+spec: {networkPeer: true}
+""")
+    adopted = json.loads(k.run("get", "--raw", "/apis/management.loft.sh/v1/clusters/old/accesskey").stdout)
+    assert adopted["accessKey"] == "unlabelled-key-0001"
+
+
 def test_tenant_path_answers_401_alike_for_known_and_unknown_tenants(keys: Keys) -> None:
     """Without credentials or with a bad one, an existing tenant and a missing one get the same 401."""
     url = keys.proc.url + "/kubernetes/project/{}/virtualcluster/{}/api/v1/namespaces"

@@ -130,3 +130,16 @@ def test_stale_keys_are_the_instances_own_and_nobody_elses() -> None:
     assert accesskeys.stale_vci_keys(keys, "p-x", "y-z", "u-new") == names(old, legacy)
     assert accesskeys.stale_vci_keys(keys, "p-x", "y-z", None) == names(old, live, legacy)
     assert accesskeys.stale_vci_keys([legacy_of_other, other], "p-x", "y-z", None) == []
+
+
+def test_cluster_keys_name_the_cluster_object_they_were_made_for() -> None:
+    key = accesskeys.cluster_key_object("edge", "uid-1")
+    assert key["metadata"]["name"] == "cluster-edge"
+    assert key["metadata"]["labels"] == {"loft.sh/cluster": "edge", "vplane.io/cluster-object-uid": "uid-1"}
+    assert key["spec"]["subject"] == "loft:cluster:edge" and accesskeys.roles_of(key) == ("agent",)
+    assert not accesskeys.cluster_key_stale(key, "uid-1")
+    assert accesskeys.cluster_key_stale(key, "uid-2")  # an earlier Cluster's key
+    assert not accesskeys.cluster_key_stale(key, "")  # no UID to compare: keep it
+    unlabelled = accesskeys.cluster_key_object("edge", "")
+    assert "vplane.io/cluster-object-uid" not in unlabelled["metadata"]["labels"]
+    assert not accesskeys.cluster_key_stale(unlabelled, "uid-2")  # adopted: made before keys carried it

@@ -164,3 +164,19 @@ def test_a_tunnel_lost_mid_pass_is_no_online_peers_not_failed(message: str) -> N
     assert st.tunnel_lost(st.Mode.TUNNEL, other) is other
     plain = st.step_failed(st.Step.RBAC, "forbidden")
     assert st.tunnel_lost(st.Mode.TUNNEL, plain) is plain
+
+
+async def test_a_status_write_refused_otherwise_is_retried_and_a_deleted_cluster_is_not(
+    tmp_path: Path,
+) -> None:
+    controller, management = make(tmp_path)
+
+    async def refuse(code: int) -> bool:
+        async def patch(*_: Any, **__: Any) -> Obj:
+            raise errors.StatusError(code, "InternalError" if code == 500 else "NotFound", "refused")
+
+        management.patch = patch  # type: ignore[method-assign]
+        return await controller._write(cluster("10"), st.initialized(), online=True)
+
+    assert not await refuse(500)  # requeued soon (before: dropped silently, as if written)
+    assert await refuse(404)

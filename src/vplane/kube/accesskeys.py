@@ -102,6 +102,29 @@ def cluster_key_name(name: str) -> str:
     return f"cluster-{name}"
 
 
+CLUSTER_LABEL = "loft.sh/cluster"
+CLUSTER_UID_LABEL = "vplane.io/cluster-object-uid"
+"""The UID of the Cluster object a cluster's agent key was made for: the key's name is the Cluster's name
+only, and a Cluster deleted and made again under that name must not inherit the old agent's key."""
+
+
+def cluster_key_object(name: str, uid: str) -> Obj:
+    """A new agent key for Cluster ``name`` (the object with UID ``uid``)."""
+    labels = {CLUSTER_LABEL: name}
+    if uid:
+        labels[CLUSTER_UID_LABEL] = uid
+    return key_object(
+        cluster_key_name(name), TYPE_AGENT, subject=agent_subject(name), roles=(ROLE_AGENT,), labels=labels
+    )
+
+
+def cluster_key_stale(key: Obj, uid: str) -> bool:
+    """Whether ``key`` was made for an earlier Cluster of the same name. A key without the UID label (made
+    before keys carried it) is adopted: deleting it would cut off the agents connected with it."""
+    made_for = str(((key.get("metadata") or {}).get("labels") or {}).get(CLUSTER_UID_LABEL) or "")
+    return bool(uid) and bool(made_for) and made_for != uid
+
+
 def bound_instance(key: Obj) -> tuple[str, str, str] | None:
     """``(namespace, name, uid)`` of the VirtualClusterInstance a key belongs to, if it is bound to one."""
     annotations = (key.get("metadata") or {}).get("annotations") or {}

@@ -177,6 +177,20 @@ class AccessKeyIndex:
                     raise
         raise errors.conflict(rtype.resource, name, GROUP)
 
+    async def ensure_cluster_key(self, name: str, uid: str) -> Obj:
+        """The agent key of Cluster ``name`` (the object with UID ``uid``); a key left by an earlier Cluster
+        of that name (deleted before the platform's loop saw it go) is revoked first, its sessions end."""
+        current = self.server.objects.get(self.key_type(), "", accesskeys.cluster_key_name(name))
+        if current is not None and accesskeys.cluster_key_stale(current, uid):
+            await self._delete_key(accesskeys.cluster_key_name(name))
+            log.info(
+                "revoked access key",
+                key=accesskeys.cluster_key_name(name),
+                cluster=name,
+                reason="earlier Cluster",
+            )
+        return await self.ensure_key(accesskeys.cluster_key_object(name, uid))
+
     async def ensure_vci_key(self, vci: Obj) -> Obj:
         """The key of this VirtualClusterInstance (this UID); keys of earlier instances of its name go."""
         meta = vci["metadata"]
@@ -222,16 +236,8 @@ class AccessKeyIndex:
     ) -> web.StreamResponse:
         if request.method != "GET":
             raise errors.method_not_allowed()
-        self.server.objects.must_get(rtype, "", info.name)
-        key = await self.ensure_key(
-            accesskeys.key_object(
-                accesskeys.cluster_key_name(info.name),
-                accesskeys.TYPE_AGENT,
-                subject=accesskeys.agent_subject(info.name),
-                roles=(accesskeys.ROLE_AGENT,),
-                labels={"loft.sh/cluster": info.name},
-            )
-        )
+        _, cluster = self.server.objects.must_get(rtype, "", info.name)
+        key = await self.ensure_cluster_key(info.name, str(cluster["metadata"].get("uid") or ""))
         assert self.server.ca is not None
         body = {
             "apiVersion": f"{GROUP}/v1",

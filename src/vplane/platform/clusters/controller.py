@@ -169,8 +169,9 @@ class ClusterDeps:
     nodes: Callable[[], Sequence[NodeInfo]]
     platform_url: str
     ca_pem: bytes
-    agent_key: Callable[[str], Awaitable[Obj]]
-    """The cluster's agent access key (created on first use, reused after; as the accesskey subresource)."""
+    agent_key: Callable[[str, str], Awaitable[Obj]]
+    """The agent access key of the Cluster (name, UID): created on first use, reused after, as the
+    accesskey subresource does; an earlier Cluster's key of the same name is replaced."""
     local_kubeconfig: Path
     """The platform's own API (for ``spec.local``)."""
     version: str
@@ -593,7 +594,7 @@ class ClusterController:
         whether helm was asked this pass."""
         annotations = (cluster.get("metadata") or {}).get("annotations") or {}
         extra = av.extra_values({}, self.settings.agent_values, annotations.get(st.AGENT_VALUES_ANNOTATION))
-        key = await self.deps.agent_key(name)
+        key = await self.deps.agent_key(name, str((cluster.get("metadata") or {}).get("uid") or ""))
         desired = av.desired_values(
             extra, av.connection_values(str(key["spec"]["key"]), self.deps.platform_url, self.deps.ca_pem)
         )
@@ -770,11 +771,15 @@ class ClusterController:
             body["metadata"] = {"resourceVersion": version}
         try:
             await self.deps.management.patch(CLUSTERS, name, body, subresource="status")
-        except errors.StatusError as exc:  # 404: deleted meanwhile, the delete event follows
+        except errors.StatusError as exc:
+            if exc.code == 404:
+                return True  # deleted meanwhile: the delete event follows
             if exc.code == 409:
                 log.debug("cluster status not written: the cluster changed meanwhile", cluster=name)
-                return False
-            return True
+            else:
+                # Said, and tried again soon: the status would otherwise stand as it was until the resync.
+                log.warning("cluster status not written", cluster=name, code=exc.code, error=exc.message)
+            return False
         if (current.get("phase"), current.get("reason")) != (outcome.phase, outcome.reason):
             log.info(
                 "cluster status",

@@ -81,17 +81,9 @@ class ConnectedClusters:
     def routes(self) -> dict[str, Any]:
         return {GATEWAY_PREFIX: self._gateway, AGENT_VALUES_PREFIX: self.agent_values}
 
-    async def agent_key(self, cluster: str) -> Obj:
+    async def agent_key(self, cluster: str, uid: str) -> Obj:
         """The same key the Cluster ``accesskey`` subresource hands out (reused, never rotated here)."""
-        return await self.keys.ensure_key(
-            accesskeys.key_object(
-                accesskeys.cluster_key_name(cluster),
-                accesskeys.TYPE_AGENT,
-                subject=accesskeys.agent_subject(cluster),
-                roles=(accesskeys.ROLE_AGENT,),
-                labels={"loft.sh/cluster": cluster},
-            )
-        )
+        return await self.keys.ensure_cluster_key(cluster, uid)
 
     async def start(self, management: KubeClient, local_kubeconfig: Path) -> None:
         api = self.api
