@@ -383,7 +383,9 @@ def test_rollout_pause_resume_restart(shared_apiserver: APIServerProcess, k: Kub
     ]
     progressing = condition(deployment, "Progressing")
     assert progressing is not None and progressing["reason"] == "NewReplicaSetAvailable"
-    for pod in pods_of(shared_apiserver, namespace):
+    pods = pods_of(shared_apiserver, namespace)
+    assert pods
+    for pod in pods:
         assert "kubectl.kubernetes.io/restartedAt" in pod["metadata"]["annotations"]
 
 

@@ -96,7 +96,18 @@ def test_a_key_works_only_while_its_instance_with_that_uid_lives() -> None:
 
 def test_keys_bound_to_no_instance_are_checked_as_before() -> None:
     key = accesskeys.key_object("alice", accesskeys.TYPE_USER, user="alice")
-    accesskeys.check(key, 0.0, _never, lambda ns, name: None)
+    accesskeys.check(key, 0.0, _never, lambda ns, name: None)  # usable: no exception
+    disabled = {**key, "spec": {**key["spec"], "disabled": True}}
+    with pytest.raises(KeyRejected, match="disabled"):
+        accesskeys.check(disabled, 0.0, _never, lambda ns, name: None)
+    expiring = {
+        **key,
+        "metadata": {**key["metadata"], "creationTimestamp": "T"},
+        "spec": {**key["spec"], "ttl": 60},
+    }
+    accesskeys.check(expiring, 59.0, lambda text: 0.0, lambda ns, name: None)
+    with pytest.raises(KeyRejected, match="expired"):
+        accesskeys.check(expiring, 60.0, lambda text: 0.0, lambda ns, name: None)
 
 
 def test_reuse_decision_never_takes_over_another_subjects_key() -> None:

@@ -184,19 +184,24 @@ def test_optionals_that_could_reach_python_functions_are_refused(expression: str
 
 
 @pytest.mark.parametrize(
-    "expression",
+    ("expression", "expected"),
     [
-        "[object.?spec.?replicas.orValue(1)].sum()",
-        "[?object.?spec.?replicas].sum()",
-        "(object.?spec.?ports).orValue([]).sum()",
-        "object.?spec.?ports.orValue([1]).max() + optional.of(1).value()",
-        "{?'a': object.?spec.?replicas}.size() + [1].sum()",
-        "object.?spec.?replicas == optional.of(3) && [1].sum() == 1",
-        "[object.?spec.?replicas]",  # no Python function involved: only the result matters
+        ("[object.?spec.?replicas.orValue(1)].sum()", 3),
+        ("[?object.?spec.?replicas].sum()", 3),
+        ("(object.?spec.?ports).orValue([]).sum()", 8603),
+        ("object.?spec.?ports.orValue([1]).max() + optional.of(1).value()", 8081),
+        ("{?'a': object.?spec.?replicas}.size() + [1].sum()", 2),
+        ("object.?spec.?replicas == optional.of(3) && [1].sum() == 1", True),
     ],
 )
-def test_unwrapped_optionals_are_allowed(expression: str) -> None:
-    cel.compile(expression, VARS)
+def test_unwrapped_optionals_are_allowed(expression: str, expected: Any) -> None:
+    assert run(expression) == expected
+
+
+def test_an_optional_reaching_no_python_function_compiles_and_only_its_result_is_refused() -> None:
+    program = cel.compile("[object.?spec.?replicas]", VARS)
+    with pytest.raises(cel.UnsupportedResult, match="holds an optional"):
+        program.evaluate({"object": OBJ})
 
 
 # --- lists -----------------------------------------------------------------------------------------
