@@ -396,3 +396,58 @@ async def test_https_endpoints_are_verified_without_a_ca_file(tmp_path: Path) ->
         await store.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_watch_gone_silent_is_opened_again_and_a_quiet_one_is_kept(
+    etcd: EtcdProcess, prefix: str
+) -> None:
+    """A watch connection that stops answering without closing (a host gone, a dropped NAT entry) left the
+    replica's cache stale for good. Now a quiet watch gets a mark, and one that does not answer it is
+    opened again on the next endpoint; a healthy quiet watch stays open."""
+    session = aiohttp.ClientSession()
+    frozen, released = asyncio.Event(), asyncio.Event()
+    watches: list[str] = []
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        path = "/" + request.match_info["tail"]
+        if path == "/v3/watch":
+            watches.append(path)
+        if frozen.is_set():
+            await released.wait()  # takes the request, never answers (until the test ends)
+            raise web.HTTPServiceUnavailable()
+        async with session.post(etcd.url + path, data=await request.read()) as answer:
+            response = web.StreamResponse(status=answer.status)
+            await response.prepare(request)
+            async for chunk in answer.content.iter_any():
+                if frozen.is_set():
+                    await released.wait()  # silent from here on, the connection left open
+                    break
+                await response.write(chunk)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/frozen/{tail:.*}", relay)
+    runner, base = await serve(app)
+    other = EtcdStore([etcd.url], prefix=prefix)
+    store = EtcdStore([base + "/frozen", etcd.url], prefix=prefix, request_timeout=1, watch_check=0.3)
+    cache = Cache(store, window=100)
+    try:
+        await other.start()
+        await cache.start()
+        first = await cache.create("/a", b"1")
+        await asyncio.sleep(1.5)  # five quiet periods: marks answered, the same watch kept
+        assert watches == ["/v3/watch"] and store.problem() is None
+        frozen.set()
+        written = await other.create("/b", b"2")  # straight to etcd: the frozen watch never tells
+        for _ in range(50):
+            if cache.get("/b") is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert cache.get("/b") == written and cache.get("/a") == first
+        assert store.failure is None
+    finally:
+        released.set()
+        await cache.store.close()
+        await other.close()
+        await session.close()
+        await runner.cleanup()

@@ -636,6 +636,7 @@ class APIServer:
                     settings.etcd_cafile, settings.etcd_certfile, settings.etcd_keyfile
                 ),
                 request_timeout=settings.etcd_request_timeout_seconds,
+                watch_check=settings.etcd_watch_check_seconds,
             )
         return SQLiteStore(
             self.data_dir / "state.db",

@@ -38,6 +38,9 @@ class APIServerSettings(BaseModel):
     """TLS to etcd and the client certificate (``--etcd-cafile``, ``--etcd-certfile``, ``--etcd-keyfile``)."""
     etcd_request_timeout_seconds: float = Field(default=10.0, gt=0)
     """Longest one etcd call may take on one endpoint before the next is tried."""
+    etcd_watch_check_seconds: float = Field(default=10.0, gt=0)
+    """The etcd watch quiet this long gets a mark written; without an answer for twice as long it is opened
+    again on the next endpoint (a connection that died without closing would leave the cache stale)."""
     shared_store: bool = False
     """Several processes (replicas of one tenant) use the same store file; each catches up on the others."""
     kubeconfig_name: str = "kubeconfig.yaml"

@@ -11,7 +11,11 @@ every etcd release since 3.4 (3.3 served it under ``/v3beta``). Keys live under 
 Events reach the subscriber from one watch on the prefix, in revision order, including every other
 replica's writes; a write returns once etcd committed it, and :class:`~vplane.storage.cache.Cache` then
 waits for its event (``wait_for``), which keeps read-your-writes. A watch that breaks resumes from the
-last delivered revision on the next endpoint; one that finds its revision compacted away cannot recover
+last delivered revision on the next endpoint, and so does one that goes silent: a watch quiet for
+``watch_check`` seconds gets a mark written (``<prefix>-progress``, inside its range), and one that has not
+answered for twice that is opened again, since a connection that died without closing (a host gone, a
+dropped NAT entry) would otherwise leave the replica's cache stale for good (etcd's own clients use gRPC
+keepalive pings for this; the JSON gateway has none). One that finds its revision compacted away cannot recover
 the events it missed, so the store fails and the process stops (its supervisor restarts it with a fresh
 snapshot), as a SQLite store does on a failed commit.
 
@@ -82,6 +86,7 @@ class EtcdStore:
         ssl_context: ssl.SSLContext | None = None,
         request_timeout: float = 10.0,
         retry_interval: float = 1.0,
+        watch_check: float = 10.0,
     ) -> None:
         if not endpoints:
             raise ValueError("etcd storage needs at least one endpoint")
@@ -95,6 +100,11 @@ class EtcdStore:
         self.ssl_context = ssl_context
         self.request_timeout = request_timeout
         self.retry_interval = retry_interval
+        self.watch_check = watch_check
+        """A watch silent this long gets a mark; silent twice as long, it is opened again."""
+        self._heard = 0.0
+        """Loop time of the watch's last answer (an event or a mark)."""
+        self._heartbeat: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self._current = 0
         """Index into ``endpoints`` of the one that answered last."""
@@ -132,10 +142,11 @@ class EtcdStore:
     async def close(self) -> None:
         self._closed = True
         try:
-            if self._watch is not None:
-                self._watch.cancel()
-                with contextlib.suppress(BaseException):  # its failure, if any, was reported by _fail
-                    await self._watch
+            for task in (self._heartbeat, self._watch):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(BaseException):  # its failure, if any, was reported by _fail
+                        await task
         finally:
             if self._session is not None:
                 await self._session.close()
@@ -270,7 +281,9 @@ class EtcdStore:
     def subscribe(self, callback: Subscriber, after: int) -> None:
         self._subscriber = callback
         self._delivered = after
+        self._heard = asyncio.get_running_loop().time()
         self._watch = asyncio.create_task(self._watch_forever())
+        self._heartbeat = asyncio.create_task(self._mark_when_silent())
 
     async def range_at(
         self, prefix: str, revision: int, *, start: str = "", limit: int = 0
@@ -454,25 +467,47 @@ class EtcdStore:
         """Deliver every event after the subscription's revision; resume from the last one delivered where
         the stream broke (not from ``revision``, which this process's writes move ahead of their events);
         fail if etcd compacted past it."""
+        loop = asyncio.get_running_loop()
+        silence = 2 * self.watch_check
         while not self._closed:
             try:
-                async for batch, _ in self._watch_stream(self._delivered):
-                    if batch and self._subscriber is not None:
-                        self._delivered = batch[-1].revision
-                        self._revision = max(self._revision, self._delivered)
-                        self._subscriber(batch)
+                # Marks in range (every replica's heartbeat and history marks): an answer while all is quiet.
+                stream = self._watch_stream(self._delivered, marks=True)
+                async with asyncio.timeout(silence) as silent, contextlib.aclosing(stream):
+                    async for batch, _ in stream:
+                        self._heard = loop.time()
+                        silent.reschedule(self._heard + silence)
+                        if batch and self._subscriber is not None:
+                            self._delivered = batch[-1].revision
+                            self._revision = max(self._revision, self._delivered)
+                            self._subscriber(batch)
             except _Compacted as exc:
                 self._fail(StorageError(f"watch fell behind compaction: {exc}"))
                 return
             except (aiohttp.ClientError, TimeoutError, OSError, StorageError, orjson.JSONDecodeError) as exc:
                 # close() cancels this task, so a break seen here is a real one
-                log.warning("etcd watch broke; resuming", after=self._delivered, error=_describe(exc))
-                self._unreachable = f"etcd watch broke: {_describe(exc)}"
+                error = f"no answer for {silence:g}s" if isinstance(exc, TimeoutError) else _describe(exc)
+                log.warning("etcd watch broke; resuming", after=self._delivered, error=error)
+                self._unreachable = f"etcd watch broke: {error}"
                 self._current = (self._current + 1) % len(self.endpoints)
             except Exception as exc:  # anything else would end the watch unseen, writes waiting on it
                 self._fail(StorageError(f"etcd watch failed: {_describe(exc)}"))
                 return
             await asyncio.sleep(self.retry_interval)
+
+    async def _mark_when_silent(self) -> None:
+        """Write a mark whenever the watch has been quiet for ``watch_check``: its event is the watch's
+        answer; no answer, and the watch is opened again (:meth:`_watch_forever`)."""
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            await asyncio.sleep(self.watch_check)
+            if loop.time() - self._heard < self.watch_check:
+                continue
+            try:
+                await self._write("/v3/kv/put", {"key": _b64(self.progress_key), "value": _b64("heartbeat")})
+            except (StorageError, aiohttp.ClientError, OSError) as exc:
+                # etcd unreachable: the health check says so already; the watch's own deadline acts.
+                log.debug("etcd watch mark not written", error=_describe(exc))
 
     async def _watch_stream(
         self, after: int, *, marks: bool = False
@@ -484,11 +519,13 @@ class EtcdStore:
         if self._session is None:
             raise StoreClosedError("store is closed")
         inside = self.root + "/"
-        start = self.root if marks else inside
+        # From the mark key (``<root>-progress`` sorts before ``<root>/``) to the prefix's end: the compaction
+        # record and other prefixes that start with the root's text stay outside.
+        start = self.progress_key if marks else inside
         body = {
             "create_request": {
                 "key": _b64(start),
-                "range_end": _b64(prefix_end(start)),
+                "range_end": _b64(prefix_end(inside)),
                 "start_revision": after + 1,
                 "prev_kv": True,
             }
