@@ -15,7 +15,8 @@ from vplane.controllers.client import Resource
 from vplane.kube import errors
 from vplane.kube.objects import Obj
 from vplane.platform.clusters import status as st
-from vplane.platform.clusters.controller import ClusterController, ClusterDeps, ReleaseChange
+from vplane.platform.clusters.controller import ClusterController, ClusterDeps
+from vplane.platform.clusters.release import ReleaseChange
 from vplane.platform.clusters.upgrade import UpgradeBridge
 from vplane.platform.settings import PlatformSettings
 

@@ -3,6 +3,8 @@ gateway through agent tunnels, the agent values endpoint, and the agent chart's 
 
 Modules: ``status`` (pure status decisions, the runbook's table), ``values`` (agent values, release
 decisions, accepted kubeconfigs: pure), ``helm`` (the helm binary), ``localclient`` (the platform's mesh
-node), ``gateway`` (HTTPS to a cluster's API through its agent), ``controller`` (the loop), ``wiring``
+node), ``gateway`` (HTTPS to a cluster's API through its agent), ``controller`` (the loop), ``release`` (its agent
+release step: helm, stuck operations, where each release lives), ``upgrade`` (chart upgrades through the
+temporary bridge), ``wiring``
 (what the platform process mounts). See docs/connected-clusters.md.
 """
