@@ -251,6 +251,11 @@ spec: {networkPeer: true}
 """)
     adopted = json.loads(k.run("get", "--raw", "/apis/management.loft.sh/v1/clusters/old/accesskey").stdout)
     assert adopted["accessKey"] == "unlabelled-key-0001"
+    old_uid = k.run("get", "cluster", "old", "-o", "jsonpath={.metadata.uid}").stdout
+    label = k.run(
+        "get", "accesskey", "cluster-old", "-o", "jsonpath={.metadata.labels.vplane\\.io/cluster-object-uid}"
+    )
+    assert label.stdout == old_uid  # labelled on adoption: the next re-creation does not inherit it
 
 
 def test_tenant_path_answers_401_alike_for_known_and_unknown_tenants(keys: Keys) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import json
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
@@ -398,56 +398,103 @@ async def test_https_endpoints_are_verified_without_a_ca_file(tmp_path: Path) ->
         await runner.cleanup()
 
 
-async def test_a_watch_gone_silent_is_opened_again_and_a_quiet_one_is_kept(
-    etcd: EtcdProcess, prefix: str
-) -> None:
-    """A watch connection that stops answering without closing (a host gone, a dropped NAT entry) left the
-    replica's cache stale for good. Now a quiet watch gets a mark, and one that does not answer it is
-    opened again on the next endpoint; a healthy quiet watch stays open."""
-    session = aiohttp.ClientSession()
-    frozen, released = asyncio.Event(), asyncio.Event()
-    watches: list[str] = []
+class SilentRelay:
+    """A relay in front of etcd at ``<base>/frozen``: it forwards until ``frozen`` is set, then takes
+    requests and answers nothing more on any connection, leaving them open (until the test ends)."""
 
-    async def relay(request: web.Request) -> web.StreamResponse:
+    def __init__(self, etcd: EtcdProcess) -> None:
+        self.etcd = etcd
+        self.frozen, self.released = asyncio.Event(), asyncio.Event()
+        self.watches = 0
+        self.base = ""
+
+    async def __aenter__(self) -> SilentRelay:
+        self.session = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_post("/frozen/{tail:.*}", self.relay)
+        self.runner, base = await serve(app)
+        self.base = base + "/frozen"
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.released.set()
+        await self.session.close()
+        await self.runner.cleanup()
+
+    async def relay(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["tail"]
-        if path == "/v3/watch":
-            watches.append(path)
-        if frozen.is_set():
-            await released.wait()  # takes the request, never answers (until the test ends)
+        self.watches += path == "/v3/watch"
+        if self.frozen.is_set():
+            await self.released.wait()
             raise web.HTTPServiceUnavailable()
-        async with session.post(etcd.url + path, data=await request.read()) as answer:
+        async with self.session.post(self.etcd.url + path, data=await request.read()) as answer:
             response = web.StreamResponse(status=answer.status)
             await response.prepare(request)
             async for chunk in answer.content.iter_any():
-                if frozen.is_set():
-                    await released.wait()  # silent from here on, the connection left open
+                if self.frozen.is_set():
+                    await self.released.wait()
                     break
                 await response.write(chunk)
         return response
 
-    app = web.Application()
-    app.router.add_post("/frozen/{tail:.*}", relay)
-    runner, base = await serve(app)
-    other = EtcdStore([etcd.url], prefix=prefix)
-    store = EtcdStore([base + "/frozen", etcd.url], prefix=prefix, request_timeout=1, watch_check=0.3)
-    cache = Cache(store, window=100)
-    try:
-        await other.start()
-        await cache.start()
-        first = await cache.create("/a", b"1")
-        await asyncio.sleep(1.5)  # five quiet periods: marks answered, the same watch kept
-        assert watches == ["/v3/watch"] and store.problem() is None
-        frozen.set()
-        written = await other.create("/b", b"2")  # straight to etcd: the frozen watch never tells
-        for _ in range(50):
-            if cache.get("/b") is not None:
-                break
-            await asyncio.sleep(0.1)
-        assert cache.get("/b") == written and cache.get("/a") == first
-        assert store.failure is None
-    finally:
-        released.set()
-        await cache.store.close()
-        await other.close()
-        await session.close()
-        await runner.cleanup()
+
+async def eventually(check: Callable[[], bool], seconds: float = 5) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    assert check()
+
+
+@pytest.fixture
+async def relayed(etcd: EtcdProcess, prefix: str) -> AsyncIterator[tuple[SilentRelay, EtcdStore, Cache]]:
+    """A cache on a store whose first endpoint is a :class:`SilentRelay` (checking its watch every 0.3 s),
+    and another store writing straight to etcd."""
+    async with SilentRelay(etcd) as relay:
+        other = EtcdStore([etcd.url], prefix=prefix)
+        store = EtcdStore([relay.base, etcd.url], prefix=prefix, request_timeout=1, watch_check=0.3)
+        cache = Cache(store, window=100)
+        try:
+            await other.start()
+            await cache.start()
+            yield relay, other, cache
+        finally:
+            await cache.store.close()
+            await other.close()
+
+
+async def test_a_watch_gone_silent_is_opened_again_and_a_quiet_one_is_kept(
+    relayed: tuple[SilentRelay, EtcdStore, Cache],
+) -> None:
+    """A watch connection that stops answering without closing (a host gone, a dropped NAT entry) left the
+    replica's cache stale for good. Now a quiet watch gets a mark, and one that does not answer it is
+    opened again on the next endpoint; a healthy quiet watch stays open."""
+    relay, other, cache = relayed
+    first = await cache.create("/a", b"1")
+    await asyncio.sleep(1.5)  # five quiet periods: marks answered, the same watch kept
+    assert relay.watches == 1 and cache.store.problem() is None
+    relay.frozen.set()
+    written = await other.create("/b", b"2")  # straight to etcd: the frozen watch never tells
+    await eventually(lambda: cache.get("/b") is not None)
+    assert cache.get("/b") == written and cache.get("/a") == first
+    assert cache.store.failure is None
+
+
+async def test_a_reopened_watch_starts_past_the_marks_it_read(
+    etcd: EtcdProcess, relayed: tuple[SilentRelay, EtcdStore, Cache]
+) -> None:
+    """On a quiet cluster the marks move etcd's revision on and a compaction may pass the last event: the
+    watch reopened after silence starts past the last mark it read, not at that event (which would read as
+    compacted and stop the process)."""
+    relay, other, cache = relayed
+    store = cache.store
+    assert isinstance(store, EtcdStore)
+    first = await cache.create("/a", b"1")
+    await eventually(lambda: store._seen > first.mod_revision + 1)  # marks read past it
+    async with aiohttp.ClientSession() as http:
+        compacted = await http.post(etcd.url + "/v3/kv/compaction", json={"revision": store._seen})
+        assert compacted.status == 200
+    relay.frozen.set()
+    written = await other.create("/b", b"2")
+    await eventually(lambda: cache.get("/b") is not None)
+    assert cache.get("/b") == written and store.failure is None

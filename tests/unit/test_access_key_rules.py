@@ -154,3 +154,6 @@ def test_cluster_keys_name_the_cluster_object_they_were_made_for() -> None:
     unlabelled = accesskeys.cluster_key_object("edge", "")
     assert "vplane.io/cluster-object-uid" not in unlabelled["metadata"]["labels"]
     assert not accesskeys.cluster_key_stale(unlabelled, "uid-2")  # adopted: made before keys carried it
+    assert accesskeys.cluster_key_unlabelled(unlabelled, "edge")  # ... and labelled then
+    assert not accesskeys.cluster_key_unlabelled(key, "edge")
+    assert not accesskeys.cluster_key_unlabelled(unlabelled, "other")  # another cluster's subject

@@ -22,22 +22,36 @@ from vplane.platform.settings import PlatformSettings
 
 
 class FakeManagement:
+    """The Cluster at ``version`` (a patch on another version is a conflict, as the API server's), the
+    objects ``get`` finds, and what was deleted."""
+
     def __init__(self) -> None:
         self.version = 10
         self.patches: list[tuple[str, Obj, str | None]] = []
         self.conflict = False
+        self.objects: dict[tuple[str, str], Obj] = {}
+        self.deleted: list[tuple[str, str, str | None]] = []
 
     async def patch(
         self, resource: Resource, name: str, patch: Obj, *, subresource: str | None = None, **_: Any
     ) -> Obj:
         self.patches.append((name, patch, subresource))
-        if self.conflict:
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if self.conflict or (wanted is not None and wanted != str(self.version)):
             raise errors.conflict("clusters", name, "management.loft.sh")
         self.version += 1
         return {"metadata": {"name": name, "resourceVersion": str(self.version)}}
 
-    async def delete(self, resource: Resource, name: str, **_: Any) -> Obj:
-        return {}
+    async def get(self, resource: Resource, name: str, **_: Any) -> Obj:
+        found = self.objects.get((resource.plural, name))
+        if found is None:
+            raise errors.not_found(resource.plural, name)
+        return found
+
+    async def delete(
+        self, resource: Resource, name: str, *, precondition_uid: str | None = None, **_: Any
+    ) -> None:
+        self.deleted.append((resource.plural, name, precondition_uid))
 
 
 class RecordingApplier:
@@ -88,7 +102,9 @@ async def test_own_record_stands_in_until_the_informer_delivers_it_then_the_anno
 ) -> None:
     controller, management = make(tmp_path)
     assert await controller._claim_uid("c1", cluster("10"), "uid-a") is None
-    assert management.patches[0][1] == {"metadata": {"annotations": {st.CLUSTER_UID_ANNOTATION: "uid-a"}}}
+    assert management.patches[0][1] == {
+        "metadata": {"annotations": {st.CLUSTER_UID_ANNOTATION: "uid-a"}, "resourceVersion": "10"}
+    }
     # The informer still holds version 10 (no annotation): the memory is the record.
     assert controller._recorded_uid(cluster("10")) == "uid-a"
     # It delivered the patch (version 11): the annotation is the record ...
@@ -98,6 +114,17 @@ async def test_own_record_stands_in_until_the_informer_delivers_it_then_the_anno
     # A different recorded UID still fails the gate.
     failure = await controller._claim_uid("c1", cluster("12", "uid-a"), "uid-b")
     assert failure is not None and failure.reason == st.CLUSTER_UID
+
+
+async def test_the_uid_record_is_written_on_the_version_the_pass_read(tmp_path: Path) -> None:
+    """The Cluster changed since the pass read it (another replica's status, an edited spec): the record is
+    refused and the pass ends silently, rather than its later status write overwriting that change."""
+    controller, management = make(tmp_path)
+    management.version = 12
+    assert await controller._claim_uid("c1", cluster("10"), "uid-a") is st.SILENT
+    assert controller._recorded_uid(cluster("10")) == ""  # nothing recorded
+    assert await controller._write(cluster("10"), st.SILENT, online=True)
+    assert [p[2] for p in management.patches] == [None]  # and no status written
 
 
 async def test_status_write_after_own_patch_uses_that_patch_as_precondition(tmp_path: Path) -> None:
@@ -119,6 +146,7 @@ async def test_a_pass_that_writes_nothing_still_consumes_its_precondition(tmp_pa
     assert await controller._write(cluster("10", status=done), st.initialized(), online=True)
     assert len(management.patches) == 1  # unchanged status: no write
     # A later pass must not carry the stale "11" (it would 409 once for nothing).
+    management.version = 20
     assert await controller._write(cluster("20"), st.requeue(st.OFFLINE, "gone"), online=False)
     assert management.patches[-1][1]["metadata"] == {"resourceVersion": "20"}
 
@@ -129,13 +157,35 @@ async def test_refused_write_says_so(tmp_path: Path) -> None:
     assert not await controller._write(cluster("10"), st.initialized(), online=True)
 
 
-async def test_forget_reaches_the_release_applier(tmp_path: Path) -> None:
+def key(label_uid: str) -> Obj:
+    labels = {"vplane.io/cluster-object-uid": label_uid} if label_uid else {}
+    return {"metadata": {"name": "cluster-c1", "uid": "key-uid", "labels": labels}}
+
+
+async def test_forget_reaches_the_release_applier_and_revokes_the_deleted_clusters_key(
+    tmp_path: Path,
+) -> None:
     applier = RecordingApplier()
-    controller, _ = make(tmp_path, applier)
+    controller, management = make(tmp_path, applier)
     await controller._claim_uid("c1", cluster("10"), "uid-a")
+    management.objects[("accesskeys", "cluster-c1")] = key("uid-a")
     await controller._forget("c1", deleted=True)
     assert applier.forgotten == ["c1"]
     assert controller._recorded_uid(cluster("10")) == ""  # the memory went with it
+    assert management.deleted == [("accesskeys", "cluster-c1", "key-uid")]  # that key object only
+
+
+@pytest.mark.parametrize(("label", "revoked"), [("uid-new", False), ("uid-old", True), ("", True)])
+async def test_a_late_delete_event_spares_the_key_of_a_cluster_made_again(
+    tmp_path: Path, label: str, revoked: bool
+) -> None:
+    """The informer delivered the delete, not yet the Cluster made again under the name: its key (labelled
+    with its UID) stays; an earlier Cluster's key goes."""
+    controller, management = make(tmp_path)
+    management.objects[("clusters", "c1")] = {"metadata": {"name": "c1", "uid": "uid-new"}}
+    management.objects[("accesskeys", "cluster-c1")] = key(label)
+    await controller._forget("c1", deleted=True)
+    assert bool(management.deleted) is revoked
 
 
 def test_upgrade_bridge_forgets_a_deleted_clusters_wait(tmp_path: Path) -> None:

@@ -392,6 +392,16 @@ def test_cluster_admission_needs_a_way_to_connect(spec: dict[str, Any], field: s
     assert [c.get("field") for c in causes] == [field]
 
 
+def test_cluster_admission_lets_an_update_that_leaves_the_connection_alone_pass() -> None:
+    """A Cluster admitted before the secretName rule keeps taking label and finalizer edits."""
+    strategy = ClusterStrategy()
+    old = {"metadata": {"name": "c"}, "spec": {"config": {"key": "config"}}}
+    new = {"metadata": {"name": "c", "labels": {"a": "b"}}, "spec": {"config": {"key": "config"}}}
+    assert strategy.validate(new, old) == []
+    changed = {"metadata": {"name": "c"}, "spec": {"config": {"key": "other"}}}
+    assert [c.get("field") for c in strategy.validate(changed, old)] == ["spec.config.secretName"]
+
+
 def test_cluster_admission_accepts_each_mode() -> None:
     strategy = ClusterStrategy()
     for spec in (

@@ -118,6 +118,13 @@ def cluster_key_object(name: str, uid: str) -> Obj:
     )
 
 
+def cluster_key_unlabelled(key: Obj, cluster: str) -> bool:
+    """Whether ``key`` is Cluster ``cluster``'s agent key without the UID label (made before keys had it)."""
+    labels = (key.get("metadata") or {}).get("labels") or {}
+    subject = (key.get("spec") or {}).get("subject")
+    return subject == agent_subject(cluster) and not labels.get(CLUSTER_UID_LABEL)
+
+
 def cluster_key_stale(key: Obj, uid: str) -> bool:
     """Whether ``key`` was made for an earlier Cluster of the same name. A key without the UID label (made
     before keys carried it) is adopted: deleting it would cut off the agents connected with it."""

@@ -11,6 +11,7 @@ working through :attr:`AccessKeyIndex.on_revoked`.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -142,10 +143,15 @@ class AccessKeyIndex:
         assert rtype is not None
         return rtype
 
-    async def _delete_key(self, name: str) -> None:
+    async def _delete_key(self, name: str, uid: str = "") -> None:
+        """Delete key ``name`` (only the object with UID ``uid``, when given: not one made meanwhile)."""
         with contextlib.suppress(errors.StatusError):
             await self.server.objects.delete(
-                self.server.system_context(), self.key_type(), "", name, DeleteOptions("Background")
+                self.server.system_context(),
+                self.key_type(),
+                "",
+                name,
+                DeleteOptions("Background", precondition_uid=uid),
             )
 
     async def ensure_key(self, desired: Obj, instance_uid: str = "") -> Obj:
@@ -178,17 +184,31 @@ class AccessKeyIndex:
         raise errors.conflict(rtype.resource, name, GROUP)
 
     async def ensure_cluster_key(self, name: str, uid: str) -> Obj:
-        """The agent key of Cluster ``name`` (the object with UID ``uid``); a key left by an earlier Cluster
-        of that name (deleted before the platform's loop saw it go) is revoked first, its sessions end."""
-        current = self.server.objects.get(self.key_type(), "", accesskeys.cluster_key_name(name))
-        if current is not None and accesskeys.cluster_key_stale(current, uid):
-            await self._delete_key(accesskeys.cluster_key_name(name))
-            log.info(
-                "revoked access key",
-                key=accesskeys.cluster_key_name(name),
-                cluster=name,
-                reason="earlier Cluster",
+        """The agent key of Cluster ``name``, the live object with UID ``uid``; a key left by an earlier
+        Cluster of that name (deleted before the platform's loop saw it go) is revoked first, its sessions
+        end. A caller holding another UID than the live Cluster's (a pass that read it before it was deleted
+        and made again) is refused: it must not revoke the live Cluster's key."""
+        clusters = self.server.registry.get(GROUP, "v1", "clusters")
+        assert clusters is not None
+        live = self.server.objects.get(clusters, "", name)
+        if live is None or str(live["metadata"].get("uid") or "") != uid:
+            raise errors.conflict(
+                "clusters", name, GROUP, "the Cluster changed; its key follows the live object"
             )
+        key_name = accesskeys.cluster_key_name(name)
+        current = self.server.objects.get(self.key_type(), "", key_name)
+        if current is not None and accesskeys.cluster_key_stale(current, uid):
+            await self._delete_key(key_name, str(current["metadata"].get("uid") or ""))
+            log.info("revoked access key", key=key_name, cluster=name, reason="earlier Cluster")
+        elif current is not None and accesskeys.cluster_key_unlabelled(current, name):
+            # Adopted (made before keys carried the UID), and labelled now, so a later re-creation of the
+            # Cluster does not inherit it either.
+            labelled = copy.deepcopy(current)
+            labelled["metadata"].setdefault("labels", {})[accesskeys.CLUSTER_UID_LABEL] = uid
+            with contextlib.suppress(errors.StatusError):  # changed meanwhile: the next call labels it
+                await self.server.objects.update(
+                    self.server.system_context(), self.key_type(), "", key_name, labelled
+                )
         return await self.ensure_key(accesskeys.cluster_key_object(name, uid))
 
     async def ensure_vci_key(self, vci: Obj) -> Obj:

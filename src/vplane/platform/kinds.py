@@ -123,7 +123,13 @@ class ClusterStrategy(CustomResourceStrategy):
                 )
             ]
         config = spec.get("config")
-        if config and not spec.get("local") and not spec.get("networkPeer"):
+        old_spec = (old or {}).get("spec") or {}
+        unchanged = old is not None and all(
+            old_spec.get(k) == spec.get(k) for k in ("config", "local", "networkPeer")
+        )
+        if config and not spec.get("local") and not spec.get("networkPeer") and not unchanged:
+            # (An update that leaves the connection alone passes: a Cluster admitted before this rule keeps
+            # taking label and finalizer edits.)
             # Direct mode is the only way to connect it: without the Secret's name nothing would connect
             # and the Cluster would sit with no status at all.
             if not isinstance(config, dict) or not config.get("secretName"):

@@ -112,6 +112,8 @@ class EtcdStore:
         """The newest revision this process has seen committed (its writes' and its watch's)."""
         self._delivered = 0
         """The revision of the last event handed to the subscriber."""
+        self._seen = 0
+        """The newest revision the watch has read past (an event or a mark): where a reopened one starts."""
         self._compacted = 0
         self._subscriber: Subscriber | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -281,6 +283,7 @@ class EtcdStore:
     def subscribe(self, callback: Subscriber, after: int) -> None:
         self._subscriber = callback
         self._delivered = after
+        self._seen = after
         self._heard = asyncio.get_running_loop().time()
         self._watch = asyncio.create_task(self._watch_forever())
         self._heartbeat = asyncio.create_task(self._mark_when_silent())
@@ -472,11 +475,14 @@ class EtcdStore:
         while not self._closed:
             try:
                 # Marks in range (every replica's heartbeat and history marks): an answer while all is quiet.
-                stream = self._watch_stream(self._delivered, marks=True)
+                stream = self._watch_stream(self._seen, marks=True)
                 async with asyncio.timeout(silence) as silent, contextlib.aclosing(stream):
-                    async for batch, _ in stream:
+                    async for batch, marked in stream:
                         self._heard = loop.time()
                         silent.reschedule(self._heard + silence)
+                        # A mark's event follows every event of the prefix before it: a reopened watch
+                        # starts past it (on a quiet cluster, nearer etcd's compaction than the last event).
+                        self._seen = max(self._seen, marked, batch[-1].revision if batch else 0)
                         if batch and self._subscriber is not None:
                             self._delivered = batch[-1].revision
                             self._revision = max(self._revision, self._delivered)
@@ -487,7 +493,7 @@ class EtcdStore:
             except (aiohttp.ClientError, TimeoutError, OSError, StorageError, orjson.JSONDecodeError) as exc:
                 # close() cancels this task, so a break seen here is a real one
                 error = f"no answer for {silence:g}s" if isinstance(exc, TimeoutError) else _describe(exc)
-                log.warning("etcd watch broke; resuming", after=self._delivered, error=error)
+                log.warning("etcd watch broke; resuming", after=self._seen, error=error)
                 self._unreachable = f"etcd watch broke: {error}"
                 self._current = (self._current + 1) % len(self.endpoints)
             except Exception as exc:  # anything else would end the watch unseen, writes waiting on it
@@ -500,14 +506,18 @@ class EtcdStore:
         answer; no answer, and the watch is opened again (:meth:`_watch_forever`)."""
         loop = asyncio.get_running_loop()
         while not self._closed:
-            await asyncio.sleep(self.watch_check)
-            if loop.time() - self._heard < self.watch_check:
+            # A mark exactly one period after the last answer leaves it a whole period to come back before
+            # the watch's deadline (twice the period after that answer).
+            wait = self._heard + self.watch_check - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
                 continue
             try:
                 await self._write("/v3/kv/put", {"key": _b64(self.progress_key), "value": _b64("heartbeat")})
             except (StorageError, aiohttp.ClientError, OSError) as exc:
                 # etcd unreachable: the health check says so already; the watch's own deadline acts.
                 log.debug("etcd watch mark not written", error=_describe(exc))
+            await asyncio.sleep(self.watch_check)  # its answer, or the deadline, comes first
 
     async def _watch_stream(
         self, after: int, *, marks: bool = False

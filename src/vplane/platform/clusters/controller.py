@@ -33,7 +33,7 @@ from vplane.controllers.client import NAMESPACES, KubeClient, Resource, Transpor
 from vplane.controllers.informer import Informer, split_key
 from vplane.controllers.reconciler import Controller
 from vplane.kube import errors
-from vplane.kube.accesskeys import ADMINS_GROUP, API_VERSION, cluster_key_name
+from vplane.kube.accesskeys import ADMINS_GROUP, API_VERSION, CLUSTER_UID_LABEL, cluster_key_name
 from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import NodeInfo
 from vplane.platform.clusters import bridge as br
@@ -403,7 +403,26 @@ class ClusterController:
         if deleted:
             # The cluster's agent key goes with it: its sessions end (the platform revokes on deletion).
             with contextlib.suppress(errors.StatusError, TransportError):
-                await self.deps.management.delete(ACCESS_KEYS, cluster_key_name(name))
+                await self._revoke_key(name)
+
+    async def _revoke_key(self, name: str) -> None:
+        """Delete the deleted Cluster's agent key, unless a Cluster made again under its name (which this
+        informer may not have delivered yet) already holds it."""
+        key = await self.deps.management.get(ACCESS_KEYS, cluster_key_name(name))
+        try:
+            live = await self.deps.management.get(CLUSTERS, name)
+        except errors.StatusError as exc:
+            if exc.code != 404:
+                raise
+            live = None
+        if live is not None:
+            labels = (key.get("metadata") or {}).get("labels") or {}
+            if labels.get(CLUSTER_UID_LABEL) == str(live["metadata"].get("uid") or ""):
+                return
+        key_uid = str((key.get("metadata") or {}).get("uid") or "")
+        await self.deps.management.delete(
+            ACCESS_KEYS, cluster_key_name(name), precondition_uid=key_uid or None
+        )
 
     # -- steps ------------------------------------------------------------------------------------
 
@@ -422,9 +441,18 @@ class ClusterController:
             if failure is not None:
                 return failure
             if record:
-                patched = await self.deps.management.patch(
-                    CLUSTERS, name, {"metadata": {"annotations": {st.CLUSTER_UID_ANNOTATION: uid}}}
-                )
+                # On the version the pass read: a change made since (a status another replica wrote, an
+                # edited spec) refuses it, and the newer object's pass decides again.
+                read_version = str((cluster.get("metadata") or {}).get("resourceVersion") or "")
+                meta: Obj = {"annotations": {st.CLUSTER_UID_ANNOTATION: uid}}
+                if read_version:
+                    meta["resourceVersion"] = read_version
+                try:
+                    patched = await self.deps.management.patch(CLUSTERS, name, {"metadata": meta})
+                except errors.StatusError as exc:
+                    if exc.code != 409:
+                        raise
+                    return st.SILENT
                 version = str((patched.get("metadata") or {}).get("resourceVersion") or "")
                 self._claims[name] = (uid, _revision(version))
                 if version:
