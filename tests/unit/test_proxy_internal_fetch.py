@@ -10,9 +10,10 @@ import asyncio
 from test_proxy_upstream import FakeTarget, ok
 
 from vplane.kube.proxyconfig import ProxyTarget
-from vplane.proxy.handler import ProxySettings, ResourceProxy
+from vplane.proxy.handler import ResourceProxy
 from vplane.proxy.metrics import ProxyMetrics
 from vplane.proxy.peers import Host
+from vplane.proxy.settings import ProxySettings
 
 TARGET = ProxyTarget("example.com", "v1", "target", "default", "owned", ("myresources",))
 PEER = Host(peer_id="n-t0", name="target-0", key="n-t0|1|127.0.0.1:1")

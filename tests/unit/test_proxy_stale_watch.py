@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import structlog
 
 from vplane.kube.proxyconfig import ProxyTarget
-from vplane.proxy.handler import ProxySettings
 from vplane.proxy.peers import PeerSettings
 from vplane.proxy.runner import PeerInfo, PeerSnapshot, ProxyRunner
+from vplane.proxy.settings import ProxySettings
 
 STALE = "peer watch subscription is down and no fresh netmap is available"
 TARGET = ProxyTarget("example.com", "v1", "target", "default", "owned", resources=("myresources",))

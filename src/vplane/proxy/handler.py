@@ -27,13 +27,23 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 from prometheus_client import Counter, Histogram
-from pydantic import BaseModel, ConfigDict, Field
 
 from vplane.kube import errors, requestinfo
 from vplane.kube.proxyconfig import ProxyTarget
 from vplane.proxy import discovery, ownership
 from vplane.proxy.metrics import ProxyMetrics
-from vplane.proxy.peers import Event, EventKind, Host, PeerCache, PeerSettings, Reason, Selection
+from vplane.proxy.peers import Event, EventKind, Host, PeerCache, Reason, Selection
+from vplane.proxy.relay import (
+    JSON_TYPE,
+    Outcome,
+    describe,
+    end_to_end,
+    is_upgrade,
+    object_path,
+    relay,
+    status_response,
+)
+from vplane.proxy.settings import ProxySettings
 from vplane.proxy.upstream import (
     Deadline,
     DeadlineExceeded,
@@ -51,38 +61,7 @@ from vplane.support.requestheader import strip_identity_headers
 log = structlog.get_logger("vplane.proxy")
 
 UPGRADE_MESSAGE = "resource proxy does not support connection upgrades"
-JSON_TYPE = "application/json"
 PROXY_FIELD_MANAGER = "vcluster-resource-proxy"
-STREAM_ABOVE = 64 * 1024
-"""Answers at least this long (or of unknown length) are relayed as they arrive; shorter ones in one write."""
-
-
-class ProxySettings(BaseModel):
-    """Every constant of the runbook (spec §9) as a named setting."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    peers: PeerSettings = Field(default_factory=PeerSettings)
-    request_timeout_seconds: float = Field(default=60.0, gt=0)
-    """End-to-end cap of a non-watch request, body upload included (reason ``deadline``)."""
-    discovery_timeout_seconds: float = Field(default=3.0, gt=0)
-    """A discovery request past this gets the fallback document. It must stay below the API server's 5 s
-    availability check of the APIService (which also asks for discovery) and the 5 s dial timeout: a
-    hung target would otherwise make the check give up first, the APIService read unavailable and every
-    request get the aggregator's bare 503 instead of the proxy's own answers and metrics."""
-    retry_after_seconds: int = Field(default=1, ge=0)
-    """``Retry-After`` on every 503 the proxy sends."""
-    keepalive_seconds: float = Field(default=30.0, gt=0)
-    """Idle connections to a target replica are kept this long for reuse."""
-    connections_per_peer: int = Field(default=0, ge=0)
-    """Connections to one target replica at once (0: no limit beyond the caller's)."""
-    max_body_bytes: int = Field(default=3 * 1024 * 1024, gt=0)
-    """Request bodies above this get 413 (the API server's own limit)."""
-    registration_backoff_initial_seconds: float = Field(default=1.0, gt=0)
-    registration_backoff_factor: float = Field(default=1.5, ge=1)
-    registration_backoff_max_seconds: float = Field(default=60.0, gt=0)
-    """The leader retries registering the APIService and Service with this back-off (upstream's helper:
-    1 s x 1.5, capped at 1 min, unbounded)."""
 
 
 class Unavailable(Exception):
@@ -91,21 +70,6 @@ class Unavailable(Exception):
     def __init__(self, detail: str = "") -> None:
         super().__init__(detail)
         self.detail = detail
-
-
-class Outcome:
-    """The request's reason and code for ``vcluster_proxy_request_total``: the first reason wins. It also
-    holds the answer once its headers went out (``streaming``): a cap that fires then can only cut it."""
-
-    __slots__ = ("reason", "streaming")
-
-    def __init__(self) -> None:
-        self.reason = ""
-        self.streaming: web.StreamResponse | None = None
-
-    def set(self, reason: str) -> None:
-        if not self.reason:
-            self.reason = reason
 
 
 NamespaceExists = Callable[[str], Awaitable[bool]]
@@ -205,7 +169,7 @@ class ResourceProxy:
             host=host.name,
             peer=host.peer_id,
             reason=reason,
-            error=_describe(cause) if cause is not None else reason,
+            error=describe(cause) if cause is not None else reason,
         )
         if reason in ("canceled", "deadline"):
             if trial:  # the caller or a cap ended it: not the peer's fault
@@ -246,16 +210,16 @@ class ResourceProxy:
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if not self.serves(request.path):
-            return self._status(errors.not_found_path())
+            return status_response(errors.not_found_path())
         watch = request.query.get("watch", "").lower() in ("true", "1")
         info = requestinfo.parse(request.method, request.path, watch)
         verb = info.verb if info.is_resource else request.method.lower()
         outcome = Outcome()
-        if _is_upgrade(request):
+        if is_upgrade(request):
             outcome.set("upgrade_rejected")
             self.metrics.terminations.labels(self.label, "upgrade_rejected").inc()
             return self._finish(
-                outcome, verb, self._status(errors.StatusError(501, "NotImplemented", UPGRADE_MESSAGE))
+                outcome, verb, status_response(errors.StatusError(501, "NotImplemented", UPGRADE_MESSAGE))
             )
         if request.method in ("GET", "HEAD") and discovery.is_discovery(request.path, self.target):
             return self._finish(outcome, verb, await self._discovery(request, outcome))
@@ -331,7 +295,7 @@ class ResourceProxy:
                 async with upstream:
                     status = upstream.status
                     body = await upstream.read() if status < 400 else b""
-                    answer_headers = _end_to_end(upstream.headers)
+                    answer_headers = end_to_end(upstream.headers)
         except Unavailable:
             reason = outcome.reason if outcome.reason in (r.value for r in Reason) else "upstream_error"
             return self._fallback(reason)
@@ -402,7 +366,7 @@ class ResourceProxy:
                 body = None
             if body is None or len(body) > limit:
                 outcome.set("upstream")
-                return self._status(
+                return status_response(
                     errors.request_entity_too_large(f"Request entity too large: limit is {limit}")
                 )
         headers = self._headers(request)
@@ -433,7 +397,7 @@ class ResourceProxy:
         if request.method in ("POST", "PUT", "PATCH") and info.namespace:
             if not await self._namespace_exists(info.namespace):
                 outcome.set("namespace_missing")
-                return self._status(errors.not_found("namespaces", info.namespace))
+                return status_response(errors.not_found("namespaces", info.namespace))
             await self._ensure_target_namespace(info.namespace, outcome)
         if self.owner is None:
             return request.rel_url.path_qs
@@ -470,7 +434,7 @@ class ResourceProxy:
         """The ownership GET before a named mutation (spec §4): 5xx is 503, anything but an owned 200 is 404
         (a 404 passes when ``missing_ok``: an apply that creates the object)."""
         assert self.owner is not None
-        path = _object_path(info)
+        path = object_path(info)
         check_headers = CIMultiDict(headers)
         check_headers["Accept"] = JSON_TYPE
         check_headers.popall("Accept-Encoding", None)  # the proxy reads this answer itself
@@ -485,18 +449,18 @@ class ResourceProxy:
             if missing_ok:
                 return None
             outcome.set("upstream")
-            return self._status(self._not_found(info))
+            return status_response(self._not_found(info))
         if status != 200:
             outcome.set("ownership_masked")
-            return self._status(self._not_found(info))
+            return status_response(self._not_found(info))
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             outcome.set("ownership_check_failed")
-            return self._status(self._not_found(info))
+            return status_response(self._not_found(info))
         if not self.owner.owns(obj):
             outcome.set("ownership_masked")
-            return self._status(self._not_found(info))
+            return status_response(self._not_found(info))
         return None
 
     async def _owned_get(
@@ -520,7 +484,7 @@ class ResourceProxy:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError:
             outcome.set("ownership_check_failed")
-            return self._status(self._not_found(info))
+            return status_response(self._not_found(info))
         owned = self._owned_document(doc)
         if owned is None:  # a Table without object metadata: ask for the object itself
             denied = await self._check_owned(info, outcome, headers)
@@ -529,7 +493,7 @@ class ResourceProxy:
             owned = True
         if not owned:
             outcome.set("ownership_masked")
-            return self._status(self._not_found(info))
+            return status_response(self._not_found(info))
         outcome.set("upstream")
         return web.Response(body=data, status=200, headers={"Content-Type": content_type})
 
@@ -608,7 +572,7 @@ class ResourceProxy:
 
         forget = on_connection_lost(request, caller_gone)
         try:
-            return await self._relay(
+            return await relay(
                 request, upstream, outcome, on_chunk=(lambda c: events.inc(c.count(b"\n"))) if count else None
             )
         finally:
@@ -635,10 +599,10 @@ class ResourceProxy:
             return await self.pool.request(selection.host, method, path_qs, headers.items(), body)
         except DialFailed as exc:
             outcome.set(exc.reason)
-            raise Unavailable(_describe(exc.cause if exc.cause is not None else exc)) from exc
+            raise Unavailable(describe(exc.cause if exc.cause is not None else exc)) from exc
         except (aiohttp.ClientError, HttpProcessingError, OSError) as exc:
             outcome.set("upstream")
-            raise Unavailable(_describe(exc)) from exc
+            raise Unavailable(describe(exc)) from exc
         finally:
             reset_selection(token)
             if selection.trial and not selection.dialled:
@@ -655,15 +619,15 @@ class ResourceProxy:
         if status == 401:
             upstream.release()
             outcome.set("upstream")
-            return self._status(errors.unauthorized("auth failed"))
+            return status_response(errors.unauthorized("auth failed"))
         if status == 404 and upstream.headers.get("Content-Type", "").startswith(JSON_TYPE):
             data = await upstream.read()
             upstream.release()
             self._forget_namespace(data)
             outcome.set("upstream")
-            return web.Response(body=data, status=404, headers=_end_to_end(upstream.headers))
+            return web.Response(body=data, status=404, headers=end_to_end(upstream.headers))
         outcome.set("upstream")
-        return await self._relay(request, upstream, outcome)
+        return await relay(request, upstream, outcome)
 
     def _forget_namespace(self, data: bytes) -> None:
         """A write answered ``namespaces "x" not found``: the target lost the namespace; mirror it again."""
@@ -674,44 +638,6 @@ class ResourceProxy:
         if details.get("kind") == "namespaces":
             self._target_namespaces.discard(str(details.get("name", "")))
 
-    async def _relay(
-        self,
-        request: web.BaseRequest,
-        upstream: UpstreamResponse,
-        outcome: Outcome,
-        on_chunk: Callable[[bytes], object] | None = None,
-    ) -> web.StreamResponse:
-        async with upstream:
-            length = upstream.content_length if on_chunk is None else None
-            if length is not None and length < STREAM_ABOVE:
-                data = await upstream.read()
-                return web.Response(body=data, status=upstream.status, headers=_end_to_end(upstream.headers))
-            # Larger bodies go through as they arrive, with their length when the target gave one (a
-            # LIST is not copied into one buffer and out again).
-            response: web.StreamResponse
-            if length is not None:
-                response = _RelayedBody(status=upstream.status, headers=_end_to_end(upstream.headers))
-                response.content_length = length
-            else:
-                response = web.StreamResponse(status=upstream.status, headers=_end_to_end(upstream.headers))
-                response.enable_chunked_encoding()
-            outcome.streaming = response
-            try:
-                await response.prepare(request)
-                async for chunk in upstream.content.iter_any():
-                    if on_chunk is not None:
-                        on_chunk(chunk)
-                    await response.write(chunk)
-            except ConnectionResetError:
-                pass  # the caller went away (a LIST cut short, a watch closed): nothing is left to send
-            except aiohttp.ClientPayloadError:
-                # The target's answer broke off: so does the caller's, rather than looking complete.
-                if request.transport is not None:
-                    request.transport.close()
-            else:
-                await response.write_eof()
-            return response
-
     # -- answers ---------------------------------------------------------------------------------------
 
     def _not_found(self, info: requestinfo.RequestInfo) -> errors.StatusError:
@@ -720,47 +646,4 @@ class ResourceProxy:
 
     def _unavailable_response(self, detail: str = "") -> web.Response:
         message = f"{self._unavailable}: {detail}" if detail else self._unavailable
-        return self._status(errors.service_unavailable(message, self.settings.retry_after_seconds))
-
-    @staticmethod
-    def _status(error: errors.StatusError) -> web.Response:
-        return web.Response(
-            status=error.code,
-            body=orjson.dumps(error.to_status()),
-            headers={"Content-Type": JSON_TYPE, **error.headers},
-        )
-
-
-class _RelayedBody(web.StreamResponse):
-    """A relayed answer of known length: its headers leave with the first piece of the body, as
-    ``web.Response`` sends them, instead of in a TLS record and a loopback send of their own (about a
-    tenth of the client replica's CPU per proxied LIST of 1,000 objects). A watch, whose caller waits for
-    the headers before any event, keeps the immediate send."""
-
-    _send_headers_immediately = False
-
-
-def _is_upgrade(request: web.BaseRequest) -> bool:
-    return bool(request.headers.get("Upgrade")) or "upgrade" in request.headers.get("Connection", "").lower()
-
-
-def _object_path(info: requestinfo.RequestInfo) -> str:
-    """The object's own path (a subresource write is checked against its object)."""
-    base = f"/apis/{info.group}/{info.version}" if info.group else f"/api/{info.version}"
-    if info.namespace:
-        base += f"/namespaces/{quote(info.namespace, safe='')}"
-    return f"{base}/{info.resource}/{quote(info.name, safe='')}"
-
-
-_HOP = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "te", "trailer"}
-)
-
-
-def _end_to_end(headers: Any) -> CIMultiDict[str]:
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _HOP)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return text if text else type(exc).__name__
+        return status_response(errors.service_unavailable(message, self.settings.retry_after_seconds))

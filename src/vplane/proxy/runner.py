@@ -21,9 +21,10 @@ import structlog
 from aiohttp import web
 
 from vplane.kube.proxyconfig import ProxyTarget
-from vplane.proxy.handler import NamespaceExists, ProxySettings, ResourceProxy
+from vplane.proxy.handler import NamespaceExists, ResourceProxy
 from vplane.proxy.metrics import CacheView, ProxyMetrics
 from vplane.proxy.peers import Host
+from vplane.proxy.settings import ProxySettings
 from vplane.proxy.upstream import Dial
 from vplane.support.tasks import cancel_and_wait
 

@@ -22,8 +22,9 @@ from vplane.kube.proxyconfig import ProxyTarget
 from vplane.mesh.dialer import Dialer
 from vplane.mesh.session import DialError, NodeSession
 from vplane.proxy import objects
-from vplane.proxy.handler import NamespaceExists, ProxySettings
+from vplane.proxy.handler import NamespaceExists
 from vplane.proxy.runner import PeerInfo, PeerSnapshot, ProxyRunner
+from vplane.proxy.settings import ProxySettings
 from vplane.proxy.upstream import Dial, PeerGone, ProtocolFactory, TransportUnavailable
 
 log = structlog.get_logger("vplane.tenant.proxy")

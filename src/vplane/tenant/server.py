@@ -32,8 +32,8 @@ from vplane.kube.accesskeys import ADMINS_GROUP
 from vplane.mesh.dialer import Dialer
 from vplane.mesh.session import DirectListener, NodeSession, RegistrationError, tls_server_context
 from vplane.mesh.settings import MeshSettings
-from vplane.proxy.handler import ProxySettings
 from vplane.proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from vplane.proxy.settings import ProxySettings
 from vplane.support import tls
 from vplane.support.tasks import cancel_and_wait
 from vplane.tenant.identity import PlatformTokenReviewer
