@@ -114,13 +114,15 @@ class KubernetesService:
             return
         if list((current.get("spec") or {}).get("cidrs") or []) != [cidr]:
             return  # configured otherwise: upstream reports it and leaves it alone
-        conditions = [c for c in (current.get("status") or {}).get("conditions") or [] if isinstance(c, dict)]
-        ready = next((c for c in conditions if c.get("type") == "Ready"), None)
-        if ready is not None and ready.get("status") != "Unknown":
+        if _ready_known(current):
             return
         wanted = services.service_cidr_ready(timeutil.rfc3339(self.server.clock()))
 
         def mutate(obj: Obj) -> Obj:
+            if _ready_known(obj):
+                # The ServiceCIDR controller wrote its condition since the read: it stands (upstream sets
+                # this one only where there is none), rather than the two writers trading messages.
+                return obj
             status = obj.setdefault("status", {})
             others = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"]
             status["conditions"] = [*others, wanted]
@@ -222,3 +224,10 @@ class KubernetesService:
             await objects.guaranteed_update(self.context(), rtype, namespace, name, mutate)
         except errors.StatusError as exc:
             log.warning("cannot update the kubernetes endpoints", kind=rtype.kind, error=exc.message)
+
+
+def _ready_known(cidr: Obj) -> bool:
+    """Whether the ServiceCIDR has a Ready condition that is True or False (not missing or Unknown)."""
+    conditions = [c for c in (cidr.get("status") or {}).get("conditions") or [] if isinstance(c, dict)]
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    return ready is not None and ready.get("status") != "Unknown"
