@@ -25,8 +25,15 @@ from vplane.controllers.kcm import pods as podutil
 from vplane.controllers.kcm.context import ControllerContext, ManagedController
 from vplane.controllers.kcm.events import NORMAL, WARNING
 from vplane.controllers.kcm.expectations import Expectations
+from vplane.controllers.kcm.podowners import PodOwners
 from vplane.controllers.kcm.refmanager import claim, recheck_alive
-from vplane.controllers.kcm.replicaset import error_text, namespace_terminating, slow_start_batches
+from vplane.controllers.kcm.replicaset import (
+    WorkloadKind,
+    error_text,
+    namespace_terminating,
+    slow_start_batches,
+    spec_selector,
+)
 from vplane.controllers.kcm.resources import PODS
 from vplane.kube import labels as labelsel
 from vplane.kube.errors import StatusError
@@ -41,6 +48,9 @@ class SyncError(Exception):
     """Some creates or deletes failed (upstream's aggregate error)."""
 
 
+DAEMON_SET_KIND = WorkloadKind(DAEMONSETS, dsu.CONTROLLER_NAME, spec_selector, "apps")
+
+
 class DaemonSetController(ManagedController):
     name = dsu.CONTROLLER_NAME
 
@@ -51,6 +61,7 @@ class DaemonSetController(ManagedController):
         self.nodes = informers.informer(NODES)
         self.revisions = informers.informer(REVISIONS)
         self.sets_by_namespace = informers.namespace_index(DAEMONSETS)
+        self.owners = PodOwners(DAEMON_SET_KIND, self.sets, self.sets_by_namespace)
         self.pods_by_owner = informers.controller_index(PODS)
         self.orphan_pods = informers.orphan_index(PODS)
         self.revisions_by_owner = informers.controller_index(REVISIONS)
@@ -73,44 +84,8 @@ class DaemonSetController(ManagedController):
 
     # -- events -> keys -------------------------------------------------------------------------------------
 
-    def _resolve(self, namespace: str, ref: Obj | None) -> Obj | None:
-        if ref is None or ref.get("kind") != "DaemonSet":
-            return None
-        if str(ref.get("apiVersion") or "").rpartition("/")[0] != "apps":
-            return None
-        found = self.sets.get(f"{namespace}/{ref.get('name')}")
-        if found is None or podutil.uid_of(found) != ref.get("uid"):
-            return None
-        return found
-
-    def _matching_sets(self, obj: Obj) -> list[Obj]:
-        obj_labels = podutil.labels_of(obj)
-        if not obj_labels:
-            return []
-        found = []
-        for ds in self.sets_by_namespace.get(podutil.namespace_of(obj)):
-            try:
-                selector = labelsel.from_label_selector(podutil.spec(ds).get("selector"))
-            except StatusError:
-                continue
-            if not selector.empty and selector.matches(obj_labels):
-                found.append(ds)
-        return found
-
     def _pod_added(self, pod: Obj) -> None:
-        if podutil.is_deleting(pod):
-            self._pod_deleted(pod)
-            return
-        ref = podutil.controller_ref(pod)
-        if ref is not None:
-            owner = self._resolve(podutil.namespace_of(pod), ref)
-            if owner is not None:
-                key = object_key(owner)
-                self.expectations.creation_observed(key)
-                self.enqueue(key)
-            return
-        for owner in self._matching_sets(pod):
-            self.enqueue(object_key(owner))
+        self.owners.pod_added(pod, self.expectations, self.enqueue, self._pod_deleted)
 
     def _pod_updated(self, old: Obj, new: Obj) -> None:
         if podutil.meta(old).get("resourceVersion") == podutil.meta(new).get("resourceVersion"):
@@ -120,20 +95,20 @@ class DaemonSetController(ManagedController):
             return
         new_ref, old_ref = podutil.controller_ref(new), podutil.controller_ref(old)
         if new_ref != old_ref and old_ref is not None:
-            owner = self._resolve(podutil.namespace_of(old), old_ref)
+            owner = self.owners.resolve(podutil.namespace_of(old), old_ref)
             if owner is not None:
                 self.enqueue(object_key(owner))
         if new_ref is not None:
-            owner = self._resolve(podutil.namespace_of(new), new_ref)
+            owner = self.owners.resolve(podutil.namespace_of(new), new_ref)
             if owner is not None:
                 self.enqueue(object_key(owner))
             return
         if podutil.labels_of(old) != podutil.labels_of(new) or new_ref != old_ref:
-            for owner in self._matching_sets(new):
+            for owner in self.owners.matching(new):
                 self.enqueue(object_key(owner))
 
     def _pod_deleted(self, pod: Obj) -> None:
-        owner = self._resolve(podutil.namespace_of(pod), podutil.controller_ref(pod))
+        owner = self.owners.resolve(podutil.namespace_of(pod), podutil.controller_ref(pod))
         if owner is None:
             return
         key = object_key(owner)
@@ -162,7 +137,7 @@ class DaemonSetController(ManagedController):
             return
         if podutil.controller_ref(revision) is not None:
             return  # ours or another's: nothing to adopt
-        for ds in self._matching_sets(revision):
+        for ds in self.owners.matching(revision):
             self.enqueue(object_key(ds))
 
     def _revision_updated(self, old: Obj, new: Obj) -> None:
@@ -170,20 +145,20 @@ class DaemonSetController(ManagedController):
             return
         new_ref, old_ref = podutil.controller_ref(new), podutil.controller_ref(old)
         if new_ref != old_ref and old_ref is not None:
-            owner = self._resolve(podutil.namespace_of(old), old_ref)
+            owner = self.owners.resolve(podutil.namespace_of(old), old_ref)
             if owner is not None:
                 self.enqueue(object_key(owner))
         if new_ref is not None:
-            owner = self._resolve(podutil.namespace_of(new), new_ref)
+            owner = self.owners.resolve(podutil.namespace_of(new), new_ref)
             if owner is not None:
                 self.enqueue(object_key(owner))
             return
         if podutil.labels_of(old) != podutil.labels_of(new) or new_ref != old_ref:
-            for ds in self._matching_sets(new):
+            for ds in self.owners.matching(new):
                 self.enqueue(object_key(ds))
 
     def _revision_deleted(self, revision: Obj) -> None:
-        owner = self._resolve(podutil.namespace_of(revision), podutil.controller_ref(revision))
+        owner = self.owners.resolve(podutil.namespace_of(revision), podutil.controller_ref(revision))
         if owner is not None:
             self.enqueue(object_key(owner))
 

@@ -27,6 +27,7 @@ from vplane.controllers.kcm import pods as podutil
 from vplane.controllers.kcm.context import ControllerContext, ManagedController
 from vplane.controllers.kcm.events import NORMAL, WARNING
 from vplane.controllers.kcm.expectations import Expectations
+from vplane.controllers.kcm.podowners import PodOwners
 from vplane.controllers.kcm.refmanager import claim, recheck_alive
 from vplane.controllers.kcm.resources import PODS, REPLICASETS, REPLICATIONCONTROLLERS
 from vplane.controllers.kcm.timefmt import format_time
@@ -37,7 +38,8 @@ from vplane.kube.objects import Obj
 # --- what differs between ReplicaSets and ReplicationControllers ----------------------------------------
 
 
-def _rs_selector(obj: Obj) -> labelsel.Selector:
+def spec_selector(obj: Obj) -> labelsel.Selector:
+    """``spec.selector`` as a label selector (ReplicaSets, StatefulSets, DaemonSets)."""
     return labelsel.from_label_selector(podutil.spec(obj).get("selector"))
 
 
@@ -66,7 +68,7 @@ class WorkloadKind:
         return ref.get("kind") == self.kind and group == self.owner_group
 
 
-REPLICA_SET_KIND = WorkloadKind(REPLICASETS, "replicaset-controller", _rs_selector, "apps")
+REPLICA_SET_KIND = WorkloadKind(REPLICASETS, "replicaset-controller", spec_selector, "apps")
 REPLICATION_CONTROLLER_KIND = WorkloadKind(REPLICATIONCONTROLLERS, "replication-controller", _rc_selector, "")
 
 
@@ -189,6 +191,7 @@ class ReplicaSetController(ManagedController):
         self.sets = informers.informer(kind.resource)
         self.pods = informers.informer(PODS)
         self.sets_by_namespace = informers.namespace_index(kind.resource)
+        self.owners = PodOwners(kind, self.sets, self.sets_by_namespace)
         self.pods_by_owner = informers.controller_index(PODS)
         self.orphan_pods = informers.orphan_index(PODS)
         workers = (
@@ -204,42 +207,8 @@ class ReplicaSetController(ManagedController):
 
     # -- pod events -> keys ------------------------------------------------------------------------
 
-    def _resolve(self, namespace: str, ref: Obj | None) -> Obj | None:
-        if ref is None or not self.kind.owns(ref):
-            return None
-        owner = self.sets.get(f"{namespace}/{ref.get('name')}")
-        if owner is None or podutil.uid_of(owner) != ref.get("uid"):
-            return None
-        return owner
-
-    def _matching_sets(self, pod: Obj) -> list[Obj]:
-        found: list[Obj] = []
-        pod_labels = podutil.labels_of(pod)
-        if not pod_labels:
-            return found
-        for owner in self.sets_by_namespace.get(podutil.namespace_of(pod)):
-            try:
-                selector = self.kind.selector(owner)
-            except StatusError:
-                continue
-            if not selector.empty and selector.matches(pod_labels):
-                found.append(owner)
-        return found
-
     def _pod_added(self, pod: Obj) -> None:
-        if podutil.is_deleting(pod):
-            self._pod_deleted(pod)
-            return
-        ref = podutil.controller_ref(pod)
-        if ref is not None:
-            owner = self._resolve(podutil.namespace_of(pod), ref)
-            if owner is not None:
-                key = object_key(owner)
-                self.expectations.creation_observed(key)
-                self.enqueue(key)
-            return
-        for owner in self._matching_sets(pod):
-            self.enqueue(object_key(owner))
+        self.owners.pod_added(pod, self.expectations, self.enqueue, self._pod_deleted)
 
     def _pod_updated(self, old: Obj, new: Obj) -> None:
         if podutil.meta(old).get("resourceVersion") == podutil.meta(new).get("resourceVersion"):
@@ -252,20 +221,20 @@ class ReplicaSetController(ManagedController):
             return
         new_ref, old_ref = podutil.controller_ref(new), podutil.controller_ref(old)
         if new_ref != old_ref and old_ref is not None:
-            owner = self._resolve(podutil.namespace_of(old), old_ref)
+            owner = self.owners.resolve(podutil.namespace_of(old), old_ref)
             if owner is not None:
                 self.enqueue(object_key(owner))
         if new_ref is not None:
-            owner = self._resolve(podutil.namespace_of(new), new_ref)
+            owner = self.owners.resolve(podutil.namespace_of(new), new_ref)
             if owner is not None:
                 self.enqueue(object_key(owner))
             return
         if labels_changed or new_ref != old_ref:
-            for owner in self._matching_sets(new):
+            for owner in self.owners.matching(new):
                 self.enqueue(object_key(owner))
 
     def _pod_deleted(self, pod: Obj) -> None:
-        owner = self._resolve(podutil.namespace_of(pod), podutil.controller_ref(pod))
+        owner = self.owners.resolve(podutil.namespace_of(pod), podutil.controller_ref(pod))
         if owner is None:
             return
         key = object_key(owner)

@@ -32,8 +32,9 @@ from vplane.controllers.kcm import statefulsetutil as ssu
 from vplane.controllers.kcm.context import ControllerContext, ManagedController
 from vplane.controllers.kcm.events import NORMAL, WARNING
 from vplane.controllers.kcm.expectations import Expectations
+from vplane.controllers.kcm.podowners import PodOwners
 from vplane.controllers.kcm.refmanager import adopt_patch, claim, recheck_alive
-from vplane.controllers.kcm.replicaset import error_text, slow_start_batches
+from vplane.controllers.kcm.replicaset import WorkloadKind, error_text, slow_start_batches, spec_selector
 from vplane.controllers.kcm.resources import PODS
 from vplane.kube import labels as labelsel
 from vplane.kube.errors import StatusError
@@ -75,6 +76,9 @@ class _CacheView(Mapping[str, Obj]):
         return len(self._informer.keys())
 
 
+STATEFUL_SET_KIND = WorkloadKind(STATEFULSETS, ssu.CONTROLLER_NAME, spec_selector, "apps")
+
+
 class StatefulSetController(ManagedController):
     name = ssu.CONTROLLER_NAME
 
@@ -85,6 +89,7 @@ class StatefulSetController(ManagedController):
         self.claims = informers.informer(PERSISTENTVOLUMECLAIMS)
         self.revisions = informers.informer(history.CONTROLLERREVISIONS)
         self.sets_by_namespace = informers.namespace_index(STATEFULSETS)
+        self.owners = PodOwners(STATEFUL_SET_KIND, self.sets, self.sets_by_namespace)
         self.pods_by_owner = informers.controller_index(PODS)
         self.orphan_pods = informers.orphan_index(PODS)
         self.revisions_by_namespace = informers.namespace_index(history.CONTROLLERREVISIONS)
@@ -103,68 +108,32 @@ class StatefulSetController(ManagedController):
 
     # -- pod and claim events -> keys ---------------------------------------------------------------------
 
-    def _resolve(self, namespace: str, ref: Obj | None) -> Obj | None:
-        if ref is None or ref.get("kind") != "StatefulSet":
-            return None
-        if str(ref.get("apiVersion") or "").rpartition("/")[0] != "apps":
-            return None
-        found = self.sets.get(f"{namespace}/{ref.get('name')}")
-        if found is None or podutil.uid_of(found) != ref.get("uid"):
-            return None
-        return found
-
-    def _matching_sets(self, pod: Obj) -> list[Obj]:
-        pod_labels = podutil.labels_of(pod)
-        if not pod_labels:
-            return []
-        found = []
-        for sts in self.sets_by_namespace.get(podutil.namespace_of(pod)):
-            try:
-                selector = labelsel.from_label_selector(podutil.spec(sts).get("selector"))
-            except StatusError:
-                continue
-            if not selector.empty and selector.matches(pod_labels):
-                found.append(sts)
-        return found
-
     def _pod_added(self, pod: Obj) -> None:
-        if podutil.is_deleting(pod):
-            self._pod_deleted(pod)
-            return
-        ref = podutil.controller_ref(pod)
-        if ref is not None:
-            owner = self._resolve(podutil.namespace_of(pod), ref)
-            if owner is not None:
-                key = object_key(owner)
-                self.expectations.creation_observed(key)
-                self.enqueue(key)
-            return
-        for owner in self._matching_sets(pod):
-            self.enqueue(object_key(owner))
+        self.owners.pod_added(pod, self.expectations, self.enqueue, self._pod_deleted)
 
     def _pod_updated(self, old: Obj, new: Obj) -> None:
         if podutil.meta(old).get("resourceVersion") == podutil.meta(new).get("resourceVersion"):
             return
         if podutil.is_deleting(new) and not podutil.is_deleting(old):
-            owner = self._resolve(podutil.namespace_of(new), podutil.controller_ref(new))
+            owner = self.owners.resolve(podutil.namespace_of(new), podutil.controller_ref(new))
             if owner is not None:
                 self.expectations.deletion_observed(object_key(owner), object_key(new))
         new_ref, old_ref = podutil.controller_ref(new), podutil.controller_ref(old)
         if new_ref != old_ref and old_ref is not None:
-            owner = self._resolve(podutil.namespace_of(old), old_ref)
+            owner = self.owners.resolve(podutil.namespace_of(old), old_ref)
             if owner is not None:
                 self.enqueue(object_key(owner))
         if new_ref is not None:
-            owner = self._resolve(podutil.namespace_of(new), new_ref)
+            owner = self.owners.resolve(podutil.namespace_of(new), new_ref)
             if owner is not None:
                 self.enqueue(object_key(owner))
             return
         if podutil.labels_of(old) != podutil.labels_of(new) or new_ref != old_ref:
-            for owner in self._matching_sets(new):
+            for owner in self.owners.matching(new):
                 self.enqueue(object_key(owner))
 
     def _pod_deleted(self, pod: Obj) -> None:
-        owner = self._resolve(podutil.namespace_of(pod), podutil.controller_ref(pod))
+        owner = self.owners.resolve(podutil.namespace_of(pod), podutil.controller_ref(pod))
         if owner is None:
             return
         key = object_key(owner)
