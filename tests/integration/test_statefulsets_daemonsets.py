@@ -335,8 +335,13 @@ def test_scale_down_goes_in_reverse_order_and_keeps_claims(
             "statefulset.apps/web scaled"
         )
         wait_for(lambda: list(pods(server, ns)) == ["web-0"], "only web-0 left")
-        deletes = [m for m in messages(server, ns, "web") if m.startswith("delete")]
-        assert deletes == [
+
+        def deletes() -> list[str]:
+            return [m for m in messages(server, ns, "web") if m.startswith("delete")]
+
+        # The event of a deletion is written after the pod is gone (the recorder sends it on its own).
+        wait_for(lambda: len(deletes()) >= 2, "both deletions recorded")
+        assert deletes() == [
             "delete Pod web-2 in StatefulSet web successful",
             "delete Pod web-1 in StatefulSet web successful",
         ]

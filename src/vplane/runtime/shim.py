@@ -170,6 +170,14 @@ class Shim:
             write_json(spec["exit"], {"exitCode": 128, "startError": message, "finishedAt": time.time_ns()})
             sys.exit(0)
         process = self.process
+        if spec.get("attach"):
+            # Listening before the state says the process runs: whoever reads that state may attach at once
+            # (connections wait in the backlog until the loop accepts them).
+            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.listener.bind(spec["attach"])
+            self.listener.listen(16)
+            self.listener.setblocking(False)
+            self.selector.register(self.listener, selectors.EVENT_READ, ("listen", None))
         write_json(
             spec["state"],
             {
@@ -191,12 +199,6 @@ class Shim:
             self._watch_output(process.stderr.fileno(), STDERR, LogWriter(log_fd, "stderr"))
             if process.stdin is not None:
                 self.stdin_fd = process.stdin.fileno()
-        if spec.get("attach"):
-            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.listener.bind(spec["attach"])
-            self.listener.listen(16)
-            self.listener.setblocking(False)
-            self.selector.register(self.listener, selectors.EVENT_READ, ("listen", None))
 
     def _watch_output(self, fd: int, channel: int, writer: LogWriter) -> None:
         os.set_blocking(fd, False)
