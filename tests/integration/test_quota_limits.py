@@ -151,8 +151,17 @@ def test_replicaset_records_failed_create_and_usage_comes_back(
         '" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=2, limited: pods=2'
     )
     assert failed[0]["type"] == "Warning" and failed[0]["source"] == {"component": "replicaset-controller"}
-    rs = api(shared_apiserver, "GET", f"/apis/apps/v1/namespaces/{namespace}/replicasets/{rs_name}")
-    (cond,) = rs["status"]["conditions"]
+    # The controller writes the condition after the event (its status update ends the sync).
+    conditions = wait_for(
+        lambda: (
+            api(shared_apiserver, "GET", f"/apis/apps/v1/namespaces/{namespace}/replicasets/{rs_name}").get(
+                "status"
+            )
+            or {}
+        ).get("conditions"),
+        "the ReplicaFailure condition",
+    )
+    (cond,) = conditions
     assert (cond["type"], cond["reason"]) == ("ReplicaFailure", "FailedCreate")
     # scaling down frees the quota (the controller sees the deletion); the third pod then fits
     kubectl.run("scale", "deployment", "web", "--replicas=1", "-n", namespace)
