@@ -139,7 +139,7 @@ async def test_status_write_after_own_patch_uses_that_patch_as_precondition(tmp_
     assert management.patches[-1][1]["metadata"] == {"resourceVersion": "12"}
 
 
-async def test_a_pass_that_writes_nothing_still_consumes_its_precondition(tmp_path: Path) -> None:
+async def test_a_later_pass_writes_on_the_version_it_read_not_the_patch_before(tmp_path: Path) -> None:
     controller, management = make(tmp_path)
     done = {"phase": "Initialized", "reason": "", "message": "", "online": True}
     await controller._claim_uid("c1", cluster("10"), "uid-a")

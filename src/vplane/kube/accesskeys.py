@@ -118,17 +118,21 @@ def cluster_key_object(name: str, uid: str) -> Obj:
     )
 
 
+def cluster_key_made_for(key: Obj) -> str:
+    """The UID of the Cluster object an agent key was made for ("" for a key made before keys had it)."""
+    return str(((key.get("metadata") or {}).get("labels") or {}).get(CLUSTER_UID_LABEL) or "")
+
+
 def cluster_key_unlabelled(key: Obj, cluster: str) -> bool:
     """Whether ``key`` is Cluster ``cluster``'s agent key without the UID label (made before keys had it)."""
-    labels = (key.get("metadata") or {}).get("labels") or {}
     subject = (key.get("spec") or {}).get("subject")
-    return subject == agent_subject(cluster) and not labels.get(CLUSTER_UID_LABEL)
+    return subject == agent_subject(cluster) and not cluster_key_made_for(key)
 
 
 def cluster_key_stale(key: Obj, uid: str) -> bool:
     """Whether ``key`` was made for an earlier Cluster of the same name. A key without the UID label (made
     before keys carried it) is adopted: deleting it would cut off the agents connected with it."""
-    made_for = str(((key.get("metadata") or {}).get("labels") or {}).get(CLUSTER_UID_LABEL) or "")
+    made_for = cluster_key_made_for(key)
     return bool(uid) and bool(made_for) and made_for != uid
 
 

@@ -33,7 +33,7 @@ from vplane.controllers.client import NAMESPACES, KubeClient, Resource, Transpor
 from vplane.controllers.informer import Informer, split_key
 from vplane.controllers.reconciler import Controller
 from vplane.kube import errors
-from vplane.kube.accesskeys import ADMINS_GROUP, API_VERSION, CLUSTER_UID_LABEL, cluster_key_name
+from vplane.kube.accesskeys import ADMINS_GROUP, API_VERSION, cluster_key_made_for, cluster_key_name
 from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import NodeInfo
 from vplane.platform.clusters import bridge as br
@@ -124,9 +124,8 @@ class ClusterController:
         self._claims: dict[str, tuple[str, int]] = {}
         """The kube-system UID this replica recorded per Cluster, with the resourceVersion its patch made:
         the informer's annotation is the record once the informer has seen that version (so removing the
-        annotation clears it); before, the memory stands in for a patch the informer has not delivered."""
-        self._patched: dict[str, str] = {}
-        """The resourceVersion a pass's own patch made, the precondition of that pass's status write."""
+        annotation clears it); before, the memory stands in for a patch the informer has not delivered, and
+        that patch's version is the precondition of the pass's status write."""
         self._uid_lock = asyncio.Lock()
 
     # -- events from outside the API ------------------------------------------------------------
@@ -395,9 +394,7 @@ class ClusterController:
         if entry is not None:
             with contextlib.suppress(Exception):
                 await entry.client.close()
-        self.releases.checked.pop(name, None)
         self._claims.pop(name, None)
-        self._patched.pop(name, None)
         self.releases.forget(name)
         shutil.rmtree(cluster_dir(self.deps.data_dir, name), ignore_errors=True)
         if deleted:
@@ -415,10 +412,9 @@ class ClusterController:
             if exc.code != 404:
                 raise
             live = None
-        if live is not None:
-            labels = (key.get("metadata") or {}).get("labels") or {}
-            if labels.get(CLUSTER_UID_LABEL) == str(live["metadata"].get("uid") or ""):
-                return
+        made_for = cluster_key_made_for(key)
+        if live is not None and made_for and made_for == str(live["metadata"].get("uid") or ""):
+            return
         key_uid = str((key.get("metadata") or {}).get("uid") or "")
         await self.deps.management.delete(
             ACCESS_KEYS, cluster_key_name(name), precondition_uid=key_uid or None
@@ -455,8 +451,6 @@ class ClusterController:
                     return st.SILENT
                 version = str((patched.get("metadata") or {}).get("resourceVersion") or "")
                 self._claims[name] = (uid, _revision(version))
-                if version:
-                    self._patched[name] = version
             return None
 
     def _recorded_uid(self, cluster: Obj) -> str:
@@ -511,8 +505,12 @@ class ClusterController:
         overwrite what was written meanwhile. False when it was refused; the newer object requeues it."""
         meta = cluster["metadata"]
         name = meta["name"]
-        # The pass's own UID patch moved the version it read; that patch is no one else's change.
-        version = self._patched.pop(name, None) or meta.get("resourceVersion")
+        version = str(meta.get("resourceVersion") or "")
+        claim = self._claims.get(name)
+        if claim is not None and claim[1] > _revision(version):
+            # This replica's UID patch, which the informer has not delivered yet, moved the version the pass
+            # read; that patch is no one else's change.
+            version = str(claim[1])
         current = cluster.get("status") or {}
         patch = st.status_patch(current, outcome, online)
         if patch is None:
