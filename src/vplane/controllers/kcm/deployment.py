@@ -25,16 +25,19 @@ from vplane.controllers.kcm import deploymentutil as du
 from vplane.controllers.kcm import pods as podutil
 from vplane.controllers.kcm.context import ControllerContext, ManagedController
 from vplane.controllers.kcm.events import NORMAL, WARNING
+from vplane.controllers.kcm.podowners import PodOwners
 from vplane.controllers.kcm.refmanager import claim, recheck_alive
-from vplane.controllers.kcm.replicaset import error_text, namespace_terminating
+from vplane.controllers.kcm.replicaset import WorkloadKind, error_text, namespace_terminating, spec_selector
 from vplane.controllers.kcm.resources import DEPLOYMENTS, PODS, REPLICASETS
 from vplane.kube import labels as labelsel
 from vplane.kube.errors import StatusError
 from vplane.kube.objects import Obj
 
+DEPLOYMENT_KIND = WorkloadKind(DEPLOYMENTS, "deployment-controller", spec_selector, "apps")
+
 
 class DeploymentController(ManagedController):
-    name = "deployment-controller"
+    name = DEPLOYMENT_KIND.controller_name
 
     def __init__(self, ctx: ControllerContext) -> None:
         informers = ctx.informers
@@ -42,6 +45,8 @@ class DeploymentController(ManagedController):
         self.sets = informers.informer(REPLICASETS)
         self.pods = informers.informer(PODS)
         self.deployments_by_namespace = informers.namespace_index(DEPLOYMENTS)
+        # Its dependents are ReplicaSets, looked up as a ReplicaSet controller looks up pods' owners.
+        self.owners = PodOwners(DEPLOYMENT_KIND, self.deployments, self.deployments_by_namespace)
         self.sets_by_owner = informers.controller_index(REPLICASETS)
         self.orphan_sets = informers.orphan_index(REPLICASETS)
         self.pods_by_owner = informers.controller_index(PODS)
@@ -55,43 +60,17 @@ class DeploymentController(ManagedController):
 
     # -- ReplicaSet and pod events -> Deployment keys --------------------------------------------------
 
-    def _resolve(self, namespace: str, ref: Obj | None) -> Obj | None:
-        if (
-            ref is None
-            or ref.get("kind") != "Deployment"
-            or not str(ref.get("apiVersion", "")).startswith("apps/")
-        ):
-            return None
-        d = self.deployments.get(f"{namespace}/{ref.get('name')}")
-        if d is None or podutil.uid_of(d) != ref.get("uid"):
-            return None
-        return d
-
-    def _matching_deployments(self, rs: Obj) -> list[Obj]:
-        rs_labels = podutil.labels_of(rs)
-        if not rs_labels:
-            return []
-        found = []
-        for d in self.deployments_by_namespace.get(podutil.namespace_of(rs)):
-            try:
-                selector = labelsel.from_label_selector(podutil.spec(d).get("selector"))
-            except StatusError:
-                continue
-            if not selector.empty and selector.matches(rs_labels):
-                found.append(d)
-        return found
-
     def _set_added(self, rs: Obj) -> None:
         if podutil.is_deleting(rs):
             self._set_deleted(rs)
             return
         ref = podutil.controller_ref(rs)
         if ref is not None:
-            d = self._resolve(podutil.namespace_of(rs), ref)
+            d = self.owners.resolve(podutil.namespace_of(rs), ref)
             if d is not None:
                 self.enqueue(object_key(d))
             return
-        for d in self._matching_deployments(rs):
+        for d in self.owners.matching(rs):
             self.enqueue(object_key(d))
 
     def _set_updated(self, old: Obj, new: Obj) -> None:
@@ -99,20 +78,20 @@ class DeploymentController(ManagedController):
             return
         new_ref, old_ref = podutil.controller_ref(new), podutil.controller_ref(old)
         if new_ref != old_ref and old_ref is not None:
-            d = self._resolve(podutil.namespace_of(old), old_ref)
+            d = self.owners.resolve(podutil.namespace_of(old), old_ref)
             if d is not None:
                 self.enqueue(object_key(d))
         if new_ref is not None:
-            d = self._resolve(podutil.namespace_of(new), new_ref)
+            d = self.owners.resolve(podutil.namespace_of(new), new_ref)
             if d is not None:
                 self.enqueue(object_key(d))
             return
         if podutil.labels_of(old) != podutil.labels_of(new) or new_ref != old_ref:
-            for d in self._matching_deployments(new):
+            for d in self.owners.matching(new):
                 self.enqueue(object_key(d))
 
     def _set_deleted(self, rs: Obj) -> None:
-        d = self._resolve(podutil.namespace_of(rs), podutil.controller_ref(rs))
+        d = self.owners.resolve(podutil.namespace_of(rs), podutil.controller_ref(rs))
         if d is not None:
             self.enqueue(object_key(d))
 
@@ -124,7 +103,7 @@ class DeploymentController(ManagedController):
         rs = self.sets.get(f"{podutil.namespace_of(pod)}/{ref.get('name')}")
         if rs is None:
             return
-        d = self._resolve(podutil.namespace_of(rs), podutil.controller_ref(rs))
+        d = self.owners.resolve(podutil.namespace_of(rs), podutil.controller_ref(rs))
         if d is None or du.strategy_type(d) != "Recreate":
             return
         owned = [s for s in self.sets_by_owner.get(podutil.uid_of(d))]

@@ -30,6 +30,7 @@ from vplane.controllers.kcm.context import ControllerContext, ManagedController
 from vplane.controllers.kcm.events import NORMAL, WARNING
 from vplane.controllers.kcm.expectations import Expectations
 from vplane.controllers.kcm.jobutil import JOBS
+from vplane.controllers.kcm.podowners import PodOwners
 from vplane.controllers.kcm.refmanager import claim, recheck_alive
 from vplane.controllers.kcm.replicaset import error_text, namespace_terminating, slow_start_batches
 from vplane.controllers.kcm.resources import PODS
@@ -38,6 +39,17 @@ from vplane.controllers.workqueue import ShutDown, WorkQueue
 from vplane.kube import labels as labelsel
 from vplane.kube.errors import StatusError
 from vplane.kube.objects import Obj
+
+
+class _JobKind:
+    """Jobs as pod owners: a controller reference is one by its kind alone (upstream's job controller does
+    not check the group)."""
+
+    def owns(self, ref: Obj) -> bool:
+        return ref.get("kind") == "Job"
+
+    def selector(self, obj: Obj) -> labelsel.Selector:
+        return labelsel.from_label_selector(ju.spec(obj).get("selector"))
 
 
 @dataclass
@@ -102,6 +114,7 @@ class JobController(ManagedController):
         self.jobs = informers.informer(JOBS)
         self.pods = informers.informer(PODS)
         self.jobs_by_namespace = informers.namespace_index(JOBS)
+        self.owners = PodOwners(_JobKind(), self.jobs, self.jobs_by_namespace)
         self.pods_by_owner = informers.controller_index(PODS)
         self.orphan_pods = informers.orphan_index(PODS)
         super().__init__(ctx, self.jobs, [self.pods], ctx.settings.concurrent_job_syncs)
@@ -130,28 +143,6 @@ class JobController(ManagedController):
     def _enqueue_batched(self, key: str) -> None:
         self.enqueue_after(key, self.settings.job_sync_batch_seconds)
 
-    def _resolve(self, namespace: str, ref: Obj | None) -> Obj | None:
-        if ref is None or ref.get("kind") != "Job":
-            return None
-        job = self.jobs.get(f"{namespace}/{ref.get('name')}")
-        if job is None or podutil.uid_of(job) != ref.get("uid"):
-            return None
-        return job
-
-    def _matching_jobs(self, pod: Obj) -> list[Obj]:
-        pod_labels = podutil.labels_of(pod)
-        if not pod_labels:
-            return []
-        found = []
-        for job in self.jobs_by_namespace.get(podutil.namespace_of(pod)):
-            try:
-                selector = labelsel.from_label_selector(ju.spec(job).get("selector"))
-            except StatusError:
-                continue
-            if not selector.empty and selector.matches(pod_labels):
-                found.append(job)
-        return found
-
     def _enqueue_orphan(self, pod: Obj) -> None:
         self.orphan_queue.add(object_key(pod))
 
@@ -161,7 +152,7 @@ class JobController(ManagedController):
             return
         ref = podutil.controller_ref(pod)
         if ref is not None:
-            job = self._resolve(podutil.namespace_of(pod), ref)
+            job = self.owners.resolve(podutil.namespace_of(pod), ref)
             if job is not None:
                 key = object_key(job)
                 self.expectations.creation_observed(key)
@@ -169,7 +160,7 @@ class JobController(ManagedController):
             return
         if ju.has_finalizer(pod):
             self._enqueue_orphan(pod)
-        for job in self._matching_jobs(pod):
+        for job in self.owners.matching(pod):
             self._enqueue_batched(object_key(job))
 
     def _pod_updated(self, old: Obj, new: Obj) -> None:
@@ -181,13 +172,13 @@ class JobController(ManagedController):
         finalizer_removed = not ju.has_finalizer(new)
         new_ref, old_ref = podutil.controller_ref(new), podutil.controller_ref(old)
         if new_ref != old_ref and old_ref is not None:
-            job = self._resolve(podutil.namespace_of(old), old_ref)
+            job = self.owners.resolve(podutil.namespace_of(old), old_ref)
             if job is not None:
                 if finalizer_removed:
                     self._finalizer_removal_observed(object_key(job), podutil.uid_of(new))
                 self._enqueue_batched(object_key(job))
         if new_ref is not None:
-            job = self._resolve(podutil.namespace_of(new), new_ref)
+            job = self.owners.resolve(podutil.namespace_of(new), new_ref)
             if job is not None:
                 if finalizer_removed:
                     self._finalizer_removal_observed(object_key(job), podutil.uid_of(new))
@@ -196,7 +187,7 @@ class JobController(ManagedController):
         if ju.has_finalizer(new):
             self._enqueue_orphan(new)
         if podutil.labels_of(old) != podutil.labels_of(new) or new_ref != old_ref:
-            for job in self._matching_jobs(new):
+            for job in self.owners.matching(new):
                 self._enqueue_batched(object_key(job))
 
     def _pod_deleted(self, pod: Obj) -> None:
@@ -209,7 +200,7 @@ class JobController(ManagedController):
             if has_finalizer:
                 self._enqueue_orphan(pod)
             return
-        job = self._resolve(podutil.namespace_of(pod), ref)
+        job = self.owners.resolve(podutil.namespace_of(pod), ref)
         if job is None or ju.is_finished(job):
             if has_finalizer:
                 self._enqueue_orphan(pod)
@@ -270,7 +261,7 @@ class JobController(ManagedController):
         if ref is not None:
             if ref.get("kind") != "Job" or ref.get("apiVersion") != JOBS.api_version:
                 return
-            job = self._resolve(podutil.namespace_of(pod), ref)
+            job = self.owners.resolve(podutil.namespace_of(pod), ref)
             if job is not None and (ju.managed_elsewhere(job) or not ju.is_finished(job)):
                 return
         patch = ju.remove_finalizer_patch(pod)

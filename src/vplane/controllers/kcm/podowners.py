@@ -1,6 +1,7 @@
 """Which workload objects a pod event concerns: upstream's ``resolveControllerRef``, ``getPodXSets`` and
-``addPod``, written out once in each of its ReplicaSet, StatefulSet and DaemonSet controllers, here once
-for the three (and the ReplicationController)."""
+``addPod``, written out once in each of its ReplicaSet, StatefulSet, DaemonSet and Job controllers, here once
+for them (and the ReplicationController); the Deployment controller resolves its ReplicaSets' owners with
+the same lookup."""
 
 from __future__ import annotations
 
