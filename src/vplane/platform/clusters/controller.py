@@ -51,7 +51,6 @@ from vplane.platform.clusters.release import (
     ReleaseApplier,
     ReleasePending,
     cluster_dir,
-    describe,
     helm_directly,
 )
 from vplane.platform.settings import PlatformSettings
@@ -194,7 +193,7 @@ class ClusterController:
                 responding = await self._health_check(online_nodes)
             except Exception as exc:
                 log.exception("health-checking agent sessions failed", cluster=name)
-                return st.peer_check_failed(describe(exc)), None
+                return st.peer_check_failed(st.describe(exc)), None
             peers = st.Peers(len(sessions), len(online_nodes), responding)
             grace = self.settings.cluster_offline_grace_seconds
             gate = st.peer_gate(mode, peers, created, now, grace)
@@ -206,7 +205,7 @@ class ClusterController:
         except ClientBuildError as exc:
             return st.step_failed(st.Step.CLIENT, str(exc)), None
         except (errors.StatusError, TransportError) as exc:
-            return st.step_failed(st.Step.CLIENT, f"reading namespace kube-system: {describe(exc)}"), None
+            return st.step_failed(st.Step.CLIENT, f"reading namespace kube-system: {st.describe(exc)}"), None
         client = entry.client
         uid = str((kube_system.get("metadata") or {}).get("uid") or "")
         failure = await self._claim_uid(name, cluster, uid)
@@ -216,7 +215,7 @@ class ClusterController:
         try:
             await self._ensure_namespace(client, namespace)
         except (errors.StatusError, TransportError) as exc:
-            return st.step_failed(st.Step.NAMESPACE, describe(exc), namespace), None
+            return st.step_failed(st.Step.NAMESPACE, st.describe(exc), namespace), None
         fresh = False
         if mode is not st.Mode.LOCAL:
             try:
@@ -230,17 +229,17 @@ class ClusterController:
             except (HelmError, av.AgentValuesInvalid, errors.StatusError, TransportError, OSError) as exc:
                 if isinstance(exc, HelmError) and rc.helm_says_missing(str(exc)):
                     self.releases.checked.pop(name, None)  # wherever it is, it is not where remembered
-                return st.step_failed(st.Step.RELEASE, describe(exc)), None
+                return st.step_failed(st.Step.RELEASE, st.describe(exc)), None
         try:
             await self._ensure_rbac(client)
         except (errors.StatusError, TransportError) as exc:
-            return st.step_failed(st.Step.RBAC, describe(exc)), None
+            return st.step_failed(st.Step.RBAC, st.describe(exc)), None
         if mode is st.Mode.LOCAL:
             return st.initialized(), None  # the platform is its own agent there
         try:
             pods = await client.list(PODS, namespace=namespace, label_selector=dict([st.AGENT_LABEL]))
         except (errors.StatusError, TransportError) as exc:
-            return st.health_check_failed(namespace, describe(exc)), None
+            return st.health_check_failed(namespace, st.describe(exc)), None
         self.releases.observe(name, namespace, fresh, sessions, len(pods.items))
         return st.pods_outcome(pods.items, namespace), None
 
@@ -379,7 +378,7 @@ class ClusterController:
         try:
             secret = await self.deps.management.get(SECRETS, secret_name, namespace=secret_ns)
         except (errors.StatusError, TransportError) as exc:
-            raise ClientBuildError(f"reading the kubeconfig {where}: {describe(exc)}") from None
+            raise ClientBuildError(f"reading the kubeconfig {where}: {st.describe(exc)}") from None
         data = (secret.get("data") or {}).get(secret_key)
         if not data:
             raise ClientBuildError(f"{where} has no key {secret_key!r} with a kubeconfig")

@@ -27,12 +27,6 @@ MAX_PODS = 3
 """Pods of one kind described (newest first): a rollout or a crash loop leaves a few."""
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, errors.StatusError):
-        return exc.message
-    return str(exc) or type(exc).__name__
-
-
 def _newest_first(pods: list[Obj]) -> list[Obj]:
     return sorted(
         pods,
@@ -75,7 +69,7 @@ async def _pod(client: KubeClient, pod: Obj) -> dict[str, Any]:
         )
         doc["log"] = text.splitlines()[-LOG_TAIL:]
     except (errors.StatusError, TransportError) as exc:
-        doc["logError"] = _describe(exc)
+        doc["logError"] = st.describe(exc)
     return doc
 
 
@@ -86,7 +80,7 @@ async def collect(client: KubeClient, helm: Helm | None, namespace: str, via: st
     try:
         listed = await client.list(PODS, namespace=namespace, label_selector=dict([st.AGENT_LABEL]))
     except (errors.StatusError, TransportError) as exc:
-        return {**doc, "reachable": False, "error": _describe(exc)}
+        return {**doc, "reachable": False, "error": st.describe(exc)}
     doc["agentPods"] = [await _pod(client, p) for p in _newest_first(listed.items)[:MAX_PODS]]
     doc["bridge"] = await _bridge(client, namespace)
     doc["helm"] = await _history(helm, namespace)

@@ -117,13 +117,6 @@ class HelmDirectly:
 helm_directly = HelmDirectly()
 
 
-def describe(exc: BaseException) -> str:
-    """An error as a status message says it: a Kubernetes error's own message, else the exception's."""
-    if isinstance(exc, errors.StatusError):
-        return exc.message
-    return str(exc) or type(exc).__name__
-
-
 def cluster_dir(data_dir: Path, name: str) -> Path:
     """Where the platform keeps a cluster's private files (kubeconfigs for its client and helm)."""
     return data_dir / "clusters" / name

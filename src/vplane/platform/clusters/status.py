@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from vplane.kube import errors
 from vplane.kube.objects import Obj
 
 # -- phases and reasons (runbook wording) ------------------------------------------------------------
@@ -88,6 +89,13 @@ class Outcome:
     message: str
     kind: Literal["requeue", "failed", "done"]
     """What the pass ended on: a wait for the connection, a hard error, or a completed pass."""
+
+
+def describe(exc: BaseException) -> str:
+    """An error as a status message says it: a Kubernetes error's own message, else the exception's."""
+    if isinstance(exc, errors.StatusError):
+        return exc.message
+    return str(exc) or type(exc).__name__
 
 
 def requeue(reason: str, message: str) -> Outcome:

@@ -40,6 +40,7 @@ from vplane.kube import errors
 from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import NodeInfo
 from vplane.mesh.session import Stream
+from vplane.platform.clusters import status as st
 from vplane.platform.clusters.localclient import Unavailable
 from vplane.platform.placement import CONFIG_FILE, Replica, Tenant, TenantSpec, tenant_args
 from vplane.platform.settings import PlatformSettings
@@ -284,7 +285,7 @@ class ConnectedTenants:
         except (errors.StatusError, TransportError) as exc:
             if isinstance(exc, errors.StatusError) and exc.code not in (502, 503, 504):
                 raise
-            raise ClusterUnreachable(_describe(exc)) from None
+            raise ClusterUnreachable(st.describe(exc)) from None
         follow_pods(tenant, pods.items, port, self.settings.tenant_ready_timeout_seconds)
         return tenant
 
@@ -348,7 +349,7 @@ class ConnectedTenants:
         except (errors.StatusError, TransportError) as exc:
             if isinstance(exc, errors.StatusError) and exc.code not in (502, 503, 504):
                 raise
-            raise ClusterUnreachable(_describe(exc)) from None
+            raise ClusterUnreachable(st.describe(exc)) from None
         self.tenants.pop(key, None)
         self._placed.pop(key, None)
         self._applied.pop(key, None)
@@ -371,12 +372,6 @@ class ConnectedTenants:
         self.tenants.pop((namespace, name), None)
         self._placed.pop((namespace, name), None)
         self._applied.pop((namespace, name), None)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, errors.StatusError):
-        return exc.message
-    return str(exc) or type(exc).__name__
 
 
 # -- the tenant path ---------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from vplane.platform.clusters import bridge as br
 from vplane.platform.clusters import status as st
 from vplane.platform.clusters import values as av
 from vplane.platform.clusters.helm import Helm, HelmError
-from vplane.platform.clusters.release import BridgeError, BridgeWaiting, ReleaseChange, describe
+from vplane.platform.clusters.release import BridgeError, BridgeWaiting, ReleaseChange
 from vplane.platform.settings import PlatformSettings
 
 log = structlog.get_logger("vplane.platform.clusters")
@@ -140,7 +140,7 @@ class UpgradeBridge:
                 await change.client.replace(DEPLOYMENTS, wanted, namespace=change.namespace)
         except (errors.StatusError, TransportError) as exc:
             verb = "creating" if what == "create" else "refreshing"
-            raise BridgeError(f"{verb} {where}: {describe(exc)}") from None
+            raise BridgeError(f"{verb} {where}: {st.describe(exc)}") from None
         log.info(
             "bridge deployed" if what == "create" else "bridge refreshed",
             cluster=change.cluster,
@@ -162,7 +162,7 @@ class UpgradeBridge:
                 PODS, namespace=change.namespace, label_selector=dict([br.BRIDGE_LABEL])
             )
         except (errors.StatusError, TransportError) as exc:
-            log.info("cannot read the bridge's state", cluster=change.cluster, error=describe(exc))
+            log.info("cannot read the bridge's state", cluster=change.cluster, error=st.describe(exc))
             return ""
         return br.bridge_problem(deployment, pods.items)
 
@@ -191,7 +191,7 @@ class UpgradeBridge:
             if isinstance(exc, errors.StatusError) and exc.code == 404:
                 return
             # Left for the next check (settle): the upgrade itself succeeded.
-            log.warning("cannot remove the bridge deployment", cluster=change.cluster, error=describe(exc))
+            log.warning("cannot remove the bridge deployment", cluster=change.cluster, error=st.describe(exc))
 
     def forget(self, cluster: str) -> None:
         """The Cluster was deleted: a Cluster made again under its name waits for its bridge afresh."""
