@@ -70,7 +70,9 @@ class APIServer:
         self.clock = clock
         self.data_dir = settings.data_dir
         self.store: Store = store or self._store(settings)
-        self.cache = Cache(self.store, window=settings.history_window)
+        self.cache = Cache(
+            self.store, window=settings.history_window, write_wait=settings.write_cache_wait_seconds
+        )
         self.registry = Registry()
         builtin.install(self.registry, clock)
         self.hub = WatchHub()

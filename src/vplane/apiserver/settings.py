@@ -41,6 +41,9 @@ class APIServerSettings(BaseModel):
     etcd_watch_check_seconds: float = Field(default=10.0, gt=0)
     """The etcd watch quiet this long gets a mark written; without an answer for twice as long it is opened
     again on the next endpoint (a connection that died without closing would leave the cache stale)."""
+    write_cache_wait_seconds: float = Field(default=3.0, gt=0)
+    """Longest a write's answer waits for the cache to hold it (etcd feeds the cache from its watch); the
+    write is committed either way, and after this the answer goes out without read-your-writes."""
     shared_store: bool = False
     """Several processes (replicas of one tenant) use the same store file; each catches up on the others."""
     kubeconfig_name: str = "kubeconfig.yaml"

@@ -7,7 +7,10 @@ write that caused them, so a read that follows an acknowledged write always sees
 
 This is kube-apiserver's watch cache, simplified by the fact that the cache is fed synchronously: there
 is no window in which the cache lags an acknowledged write. A backend shared by several processes (etcd)
-feeds it asynchronously instead; :meth:`Cache.wait_for` is the hook that keeps read-your-writes there.
+feeds it asynchronously instead; :meth:`Cache.wait_for` is the hook that keeps read-your-writes there,
+for up to ``write_wait`` seconds: the write is committed either way, and a cache that stays behind (a
+watch being reopened) must not hold the writer's answer until the request times out with an outcome
+it cannot know (kube-apiserver's cache waits 3 s for a revision the same way).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
+import structlog
 from sortedcontainers import SortedDict
 
 from vplane.storage.interface import CompactedError, Event, KeyValue, Store
@@ -23,13 +27,16 @@ from vplane.storage.sqlite import prefix_end
 
 Listener = Callable[[Sequence[Event]], None]
 
+log = structlog.get_logger(__name__)
+
 
 class Cache:
     """Current state and recent history of a store, for reads and watches."""
 
-    def __init__(self, store: Store, *, window: int = 10_000) -> None:
+    def __init__(self, store: Store, *, window: int = 10_000, write_wait: float = 3.0) -> None:
         self.store = store
         self.window = window
+        self.write_wait = write_wait
         self._items: SortedDict = SortedDict()
         self._ring: deque[Event] = deque(maxlen=window)
         self._revision = 0
@@ -110,12 +117,26 @@ class Cache:
         await self.wait_for(kv.mod_revision)
         return kv
 
-    async def wait_for(self, revision: int) -> None:
+    async def wait_for(self, revision: int) -> bool:
+        """Wait until the cache holds ``revision``, for up to ``write_wait`` seconds; False if it did not."""
         if self._revision >= revision:
-            return
+            return True
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((revision, future))
-        await future
+        waiter = (revision, future)
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(future, self.write_wait)
+        except TimeoutError:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            log.warning(
+                "write committed; cache behind it",
+                revision=revision,
+                cached=self._revision,
+                waited=self.write_wait,
+            )
+            return False
+        return True
 
     # -- listeners -------------------------------------------------------------------------------
 
@@ -130,12 +151,23 @@ class Cache:
 
     def _apply(self, events: Sequence[Event]) -> None:
         items = self._items
-        for event in events:
+        repaired: list[Event] | None = None
+        for index, event in enumerate(events):
             if event.type == "DELETE":
-                items.pop(event.kv.key, None)
+                last = items.pop(event.kv.key, None)
+                if event.prev is None and last is not None:
+                    # etcd leaves out the value before a deletion when that revision is compacted away (a
+                    # watch catching up): the cache still has it, and watchers expect the last object.
+                    kv = KeyValue(event.kv.key, last.value, event.kv.mod_revision, last.create_revision)
+                    event = Event("DELETE", kv, last)
+                    if repaired is None:
+                        repaired = list(events)
+                    repaired[index] = event
             else:
                 items[event.kv.key] = event.kv
             self._ring.append(event)
+        if repaired is not None:
+            events = repaired
         if events:
             self._revision = events[-1].revision
         for listener in list(self._listeners):
