@@ -423,7 +423,18 @@ async def test_direct_dial_with_an_untrusted_certificate_falls_back(
     await stream.close()
 
 
-async def test_dead_direct_endpoint_falls_back_to_the_relay(mesh: Harness, material: TLSMaterial) -> None:
+@pytest.mark.parametrize(
+    "timing",
+    [
+        pytest.param({"dial_timeout_seconds": 0.3}, id="direct-timeout-before-head-start"),
+        # The direct dial's own timeout far off (the caller's deadline would end it first): the relay,
+        # raced beside it after the head start, connects and carries the stream.
+        pytest.param({"dial_timeout_seconds": 60.0, "direct_head_start_seconds": 0.05}, id="relay-raced"),
+    ],
+)
+async def test_dead_direct_endpoint_falls_back_to_the_relay(
+    mesh: Harness, material: TLSMaterial, timing: dict[str, float]
+) -> None:
     # A listener that accepts TCP and never answers the TLS handshake: the dial hangs until the timeout.
     accepted: list[asyncio.StreamWriter] = []
     release = asyncio.Event()
@@ -440,10 +451,11 @@ async def test_dead_direct_endpoint_falls_back_to_the_relay(mesh: Harness, mater
     b = await mesh.node("key-b", "b", serve=stream_protocol_factory(echo), endpoints=[f"127.0.0.1:{port}"])
     a = await mesh.node("key-a", "a")
     await sees(a, b)
-    settings = SETTINGS.model_copy(update={"direct_ca_pem": material.ca.cert_pem.decode()})
+    settings = SETTINGS.model_copy(update={"direct_ca_pem": material.ca.cert_pem.decode(), **timing})
     dialer = Dialer(a, settings, environ={})
     try:
-        first = await dialer.dial(b.node_id or "")
+        async with asyncio.timeout(10):  # a caller's own dial deadline, far shorter than 60 s
+            first = await dialer.dial(b.node_id or "")
         assert first.path == "relay" and len(accepted) == 1
         await first.write(b"x")
         assert await first.readexactly(1) == b"x"

@@ -1,5 +1,8 @@
 """Dialing a peer: the direct path first (TCP + TLS to an endpoint it published), then the relay.
 
+A direct dial that has not connected after ``direct_head_start_seconds`` gets a relayed one raced beside
+it; whichever connects first is used and the other closed (the direct endpoint then counts as failed).
+
 A direct dial is bounded by ``dial_timeout_seconds`` (5 s, spec §3.1) across all of the peer's endpoints
 and verifies the peer's certificate against the CA in the settings; without a CA no direct dial is
 attempted (never unverified TLS). An endpoint that failed is skipped for ``direct_retry_after_seconds``,
@@ -20,7 +23,7 @@ import collections
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 import structlog
@@ -28,7 +31,7 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.tracing import Trace
 
 from vplane.mesh.backoff import DirectPathMemory
-from vplane.mesh.session import DialError, NodeSession, PathKind, Peer, Stream, split_endpoint
+from vplane.mesh.session import DialError, NodeSession, PathKind, Peer, RelayTransport, Stream, split_endpoint
 from vplane.mesh.settings import AGENT_LOG_ENV, MeshSettings, direct_dialing_enabled, verbose
 from vplane.support.tls import client_context
 
@@ -71,24 +74,71 @@ class Dialer:
     async def dial_protocol(
         self, peer: str | Peer, protocol_factory: Callable[[], P]
     ) -> tuple[asyncio.Transport, P, PathKind]:
-        """Connect ``protocol_factory()`` to the peer (like ``loop.create_connection``); returns the path."""
+        """Connect ``protocol_factory()`` to the peer (like ``loop.create_connection``); returns the path.
+        Racing the paths may call the factory twice: the loser's protocol is closed, never returned."""
         target = self.peer(peer)
         if self.direct_enabled and self._ssl is not None and target.endpoints:
-            direct = await self._dial_direct(target, protocol_factory)
-            if direct is not None:
-                self.paths_used["direct"] += 1
-                return direct[0], direct[1], "direct"
+            raced = await self._race(target, protocol_factory)
+            if raced is not None:
+                return raced
         relay_transport, protocol = await self.session.open_relayed_protocol(target.id, protocol_factory)
         self.paths_used["relay"] += 1
         return relay_transport, protocol, "relay"
 
+    async def _race(
+        self, target: Peer, protocol_factory: Callable[[], P]
+    ) -> tuple[asyncio.Transport, P, PathKind] | None:
+        """The direct path, with the relay raced beside it once the head start is over; None: the direct
+        path failed before the relay was started (the caller dials the relay)."""
+        attempt: list[str] = []
+        direct = asyncio.ensure_future(self._dial_direct(target, protocol_factory, attempt))
+        relay: asyncio.Future[tuple[RelayTransport, P]] | None = None
+        winner: asyncio.Future[Any] | None = None
+        try:
+            await asyncio.wait({direct}, timeout=self.settings.direct_head_start_seconds)
+            if not direct.done():
+                relay = asyncio.ensure_future(self.session.open_relayed_protocol(target.id, protocol_factory))
+                while not (_connected(direct) or _connected(relay) or (direct.done() and relay.done())):
+                    running = [task for task in (direct, relay) if not task.done()]
+                    await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                if not _connected(direct) and _connected(relay):
+                    winner = relay
+                    if not direct.done() and attempt:
+                        self._direct_failed(target, attempt[-1], TimeoutError("the relay connected first"))
+                    relay_transport, protocol = relay.result()
+                    self.paths_used["relay"] += 1
+                    return relay_transport, protocol, "relay"
+            connected = direct.result()
+            if connected is None:
+                if relay is not None:
+                    relay.result()  # both paths failed: the relay's error is the dial's
+                return None
+            winner = direct
+            self.paths_used["direct"] += 1
+            return connected[0], connected[1], "direct"
+        finally:
+            for task in (direct, relay):
+                if task is None or task is winner:
+                    continue
+                if not task.done():
+                    task.cancel()
+                elif _connected(task) and (late := task.result()) is not None:
+                    late[0].close()  # connected too late: the other path carries the connection
+
     async def dial(self, peer: str | Peer) -> Stream:
         """A connection to the peer with a reader/writer API; ``.path`` says which path it took."""
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(loop=loop)
-        transport, protocol, path = await self.dial_protocol(
-            peer, lambda: asyncio.StreamReaderProtocol(reader, loop=loop)
-        )
+        readers: dict[asyncio.BaseProtocol, asyncio.StreamReader] = {}
+
+        def factory() -> asyncio.StreamReaderProtocol:
+            # One reader per protocol: the path that loses a race closes its own, not the winner's.
+            reader = asyncio.StreamReader(loop=loop)
+            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            readers[protocol] = reader
+            return protocol
+
+        transport, protocol, path = await self.dial_protocol(peer, factory)
+        reader = readers[protocol]
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         return Stream(reader, writer, peer_id=self.peer(peer).id, path=path)
 
@@ -102,7 +152,7 @@ class Dialer:
         return MeshConnector(self, resolve=resolve, limit=limit, keepalive_timeout=keepalive_timeout)
 
     async def _dial_direct(
-        self, peer: Peer, protocol_factory: Callable[[], P]
+        self, peer: Peer, protocol_factory: Callable[[], P], attempt: list[str]
     ) -> tuple[asyncio.Transport, P] | None:
         loop = asyncio.get_running_loop()
         timeout = self.settings.dial_timeout_seconds
@@ -114,6 +164,7 @@ class Dialer:
             async with asyncio.timeout(timeout):
                 for endpoint in candidates:
                     current = endpoint
+                    attempt.append(endpoint)
                     try:
                         host, port = split_endpoint(endpoint)
                         transport, protocol = await loop.create_connection(
@@ -144,6 +195,17 @@ class Dialer:
             error=f"{type(exc).__name__}: {exc}",
             retry_after=self.settings.direct_retry_after_seconds,
         )
+
+
+def _connected(task: asyncio.Future[Any] | None) -> bool:
+    """The dial ``task`` has ended with a connection."""
+    return (
+        task is not None
+        and task.done()
+        and not task.cancelled()
+        and task.exception() is None
+        and (task.result() is not None)
+    )
 
 
 class MeshConnector(aiohttp.BaseConnector):

@@ -30,6 +30,11 @@ class MeshSettings(BaseModel):
     dial_timeout_seconds: float = Field(default=5.0, gt=0)
     """A direct dial (TCP connect and TLS handshake) that takes longer fails and the dial falls back to
     the relay (spec §3.1: 5 s dial timeout)."""
+    direct_head_start_seconds: float = Field(default=1.0, ge=0)
+    """A direct dial not connected after this long gets a relayed one raced beside it, and the first to
+    connect carries the connection (Tailscale sends over DERP until a direct path answers): an endpoint
+    that drops packets costs this head start, not the whole ``dial_timeout_seconds``, which a caller's
+    own dial deadline (the resource proxy's 5 s) would otherwise spend before the relay got a turn."""
     dial_direct: bool = True
     """False: every dial uses the relay. ``TS_DEBUG_DIAL_DIRECT=false`` has the same effect."""
     direct_ca_pem: str | None = None
