@@ -108,6 +108,31 @@ def test_all_quarantined_only_when_the_last_selectable_host_goes() -> None:
     assert kinds(cache.dial_failed(b)) == [EventKind.QUARANTINED, EventKind.ALL_QUARANTINED]
 
 
+def test_all_quarantined_when_the_last_healthy_host_goes_while_another_is_mid_trial() -> None:
+    cache, clock = make(quarantine_threshold=1, quarantine_seconds=5)
+    a, b = host("a"), host("b")
+    cache.publish([a, b])
+    assert kinds(cache.dial_failed(a)) == [EventKind.QUARANTINED]
+    clock.now += 5
+    trial = pick(cache)
+    assert trial.host == a and trial.trial
+    # b fails while a's trial is out: no host is left to give a request (spec §3.1), a transition.
+    assert kinds(cache.dial_failed(b)) == [EventKind.QUARANTINED, EventKind.ALL_QUARANTINED]
+    assert cache.select() is Reason.ALL_QUARANTINED
+
+
+def test_a_peer_list_that_leaves_only_quarantined_hosts_counts_all_quarantined() -> None:
+    cache, _ = make(quarantine_threshold=1)
+    a, b = host("a"), host("b")
+    assert cache.publish([a, b]) == []
+    cache.dial_failed(a)
+    assert kinds(cache.publish([a])) == [EventKind.ALL_QUARANTINED]  # b, which answered, departed
+    assert cache.select() is Reason.ALL_QUARANTINED
+    assert cache.publish([a]) == []  # still all out: no new transition
+    assert cache.publish([]) == []  # no host at all is no_peer, not all-quarantined
+    assert cache.select() is Reason.NO_PEER
+
+
 def test_replacement_endpoint_starts_healthy_and_never_counts_as_recovery() -> None:
     cache, _ = make(quarantine_threshold=1)
     old = host("a", generation=1)

@@ -65,3 +65,35 @@ async def test_stale_is_logged_after_a_flapping_subscription() -> None:
     (line,) = [e for e in logs if STALE in e["event"]]
     assert line["log_level"] == "error" and line["lastNetmapAge"].endswith("s")
     assert runner.proxies[0].cache.stale()
+
+
+async def test_a_live_subscription_before_its_first_list_is_no_list() -> None:
+    """Registered with the platform but no netmap yet (seq 0): the cache has no list, rather than an empty
+    one (which would read as synced and fail the start-up probe with ``no_peer``)."""
+    snapshots: asyncio.Queue[PeerSnapshot] = asyncio.Queue()
+
+    async def feed() -> AsyncIterator[PeerSnapshot]:
+        while True:
+            yield await snapshots.get()
+
+    runner = ProxyRunner(
+        [TARGET],
+        client_name="client",
+        client_project="default",
+        access_key=lambda: "key",
+        dial=_dial,  # type: ignore[arg-type]
+        feed=feed,
+        namespace_exists=_namespace_exists,
+        settings=ProxySettings(peers=PeerSettings(startup_sync_seconds=5)),
+    )
+    proxy = runner.proxies[0]
+    await runner.start()
+    try:
+        await snapshots.put(PeerSnapshot(True, 0, ()))
+        await snapshots.put(PeerSnapshot(True, 1, (PEER,)))
+        async with asyncio.timeout(5):
+            await proxy.first_list.wait()
+        assert proxy.cache.publications == 1  # the seq-0 snapshot was not taken for a list
+        assert [h.name for h in proxy.cache.hosts()] == ["target-0"]
+    finally:
+        await runner.stop()

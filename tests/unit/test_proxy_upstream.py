@@ -24,6 +24,8 @@ def ok(body: bytes = b"{}", *extra: str) -> bytes:
 
 CLOSE = b""
 """An answer that is the target closing the connection instead."""
+HANG = b"-"
+"""No answer: the request stays in flight."""
 
 
 class FakeTransport(asyncio.Transport):
@@ -39,7 +41,7 @@ class FakeTransport(asyncio.Transport):
         loop = asyncio.get_running_loop()
         if answer == CLOSE:
             self.close()
-        else:
+        elif answer != HANG:
             loop.call_soon(self.protocol.data_received, answer)
 
     def is_closing(self) -> bool:
@@ -128,6 +130,21 @@ async def test_a_kept_alive_connection_the_target_closed_is_retried_once_for_ide
     with pytest.raises(aiohttp.ServerDisconnectedError):
         await p.request(HOST, "POST", "/a", [], b"{}")
     assert target.dials == 1  # a create is not sent twice
+
+
+async def test_a_request_cut_by_its_hosts_quarantine_is_not_retried_on_a_new_dial() -> None:
+    """Quarantine closes the host's busy connections too: the request in flight on a kept-alive one fails
+    instead of dialling the quarantined host beside its single half-open trial."""
+    target = FakeTarget(ok(), HANG, ok(b"a dial that should not happen"))
+    p = pool(target)
+    await get(p)
+    in_flight = asyncio.ensure_future(get(p))
+    await asyncio.sleep(0.01)
+    p.drop(HOST)  # what quarantining the host does
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await in_flight
+    assert target.dials == 1
+    await p.close()
 
 
 async def test_a_fresh_connection_is_not_retried() -> None:

@@ -132,7 +132,8 @@ class ResourceProxy:
     # -- peer feed -------------------------------------------------------------------------------------
 
     def publish(self, hosts: list[Host]) -> None:
-        self.cache.publish(hosts)
+        for event in self.cache.publish(hosts):
+            self._event(event)
         self.pool.prune()
         self.first_list.set()
 
@@ -171,8 +172,10 @@ class ResourceProxy:
             reason=reason,
             error=describe(cause) if cause is not None else reason,
         )
-        if reason in ("canceled", "deadline"):
-            if trial:  # the caller or a cap ended it: not the peer's fault
+        if reason in ("canceled", "deadline", "ts_server_unavailable"):
+            # The caller or a cap ended it, or this replica's own platform connection is down (no peer was
+            # contacted): not the peer's fault, so no step towards its quarantine.
+            if trial:
                 self.cache.release_trial(host)
             return
         for event in self.cache.dial_failed(host, trial=trial):

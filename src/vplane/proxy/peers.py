@@ -124,9 +124,11 @@ class PeerCache:
 
     # -- the platform's feed -------------------------------------------------------------------------
 
-    def publish(self, hosts: Iterable[Host]) -> None:
-        """A fresh peer list from a live subscription: replaces the host set, resets the stale clock."""
+    def publish(self, hosts: Iterable[Host]) -> list[Event]:
+        """A fresh peer list from a live subscription: replaces the host set, resets the stale clock.
+        ``ALL_QUARANTINED`` when it leaves only hosts out of rotation (the ones that answered departed)."""
         now = self.clock()
+        all_out_before = self._all_out(now)
         memory = self.settings.departed_memory_seconds
         self._departed = {k: (h, at) for k, (h, at) in self._departed.items() if now - at <= memory}
         new: dict[str, _Health] = {}
@@ -146,6 +148,9 @@ class PeerCache:
         self._subscription_up = True
         self._down_since = None
         self.publications += 1
+        if self._all_out(now) and not all_out_before:
+            return [Event(EventKind.ALL_QUARANTINED)]
+        return []
 
     def subscription_down(self) -> None:
         if self._subscription_up or self._down_since is None:
@@ -245,7 +250,8 @@ class PeerCache:
         """Record a failed dial; ``trial`` for the half-open trial's failure (re-quarantined at once).
 
         ``ALL_QUARANTINED`` is the transition to no selectable host: it comes with the quarantine that
-        takes the last healthy or half-open host out (so once per quarantine cycle while all are down).
+        takes the last healthy or half-open host out, also while another host's trial is out (so once
+        per quarantine cycle while all are down; handing out a trial alone does not count).
         """
         health = self._hosts.get(host.key)
         if health is None:
@@ -266,7 +272,17 @@ class PeerCache:
         return events
 
     def _any_selectable(self, now: float) -> bool:
-        return any(self._state(h, now) is not HostState.QUARANTINED for h in self._hosts.values())
+        """A request could get a host now: a healthy one, or a half-open one whose trial is not out (spec
+        §3.1: all-quarantined also covers the only candidate being mid-trial)."""
+        for health in self._hosts.values():
+            state = self._state(health, now)
+            if state is HostState.HEALTHY or (state is HostState.HALF_OPEN and not health.trial_out):
+                return True
+        return False
+
+    def _all_out(self, now: float) -> bool:
+        """There are hosts and none is selectable (the all-quarantined state; no hosts is ``no_peer``)."""
+        return bool(self._hosts) and not self._any_selectable(now)
 
     def release_trial(self, host: Host) -> None:
         """Give back the host's half-open trial when it ended without a verdict on the host: never dialled

@@ -38,7 +38,7 @@ class PeerSnapshot:
     live: bool
     """The subscription to the platform is up."""
     seq: int
-    """Publications so far; a new value is a fresh list."""
+    """Publications so far; a new value is a fresh list (0: none received yet)."""
     peers: tuple[PeerInfo, ...]
 
 
@@ -130,6 +130,8 @@ class ProxyRunner:
         seen = -1
         watchdog: asyncio.Task[None] | None = None
         async for snapshot in self._feed():
+            if snapshot.live and snapshot.seq == 0:
+                continue  # registered, but no list received yet: not an (empty) peer list
             if snapshot.live and snapshot.seq != seen:
                 seen = snapshot.seq
                 for proxy in self.proxies:

@@ -207,7 +207,8 @@ class HostPool:
                 try:
                     return await self._exchange(conns, protocol, method, head, body)
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                    if not (reused and retry):
+                    # A host quarantined meanwhile (its connections closed) gets no dial outside its trial.
+                    if not (reused and retry) or conns.closed:
                         raise
                     retry = False
         except BaseException:
