@@ -698,3 +698,11 @@ async def test_verbose_logs_follow_the_environment() -> None:
     assert Coordinator(never, environ={"LOFT_LOG_TSNET_CONTROL_PLANE": "true"}).verbose
     assert not Coordinator(never, environ={"LOFT_LOG_TSNET_AGENT": "true"}).verbose
     assert NodeSession("http://x", "k", hostname="h", environ={"LOFT_LOG_TSNET_AGENT": "true"}).verbose
+    # The platform's own node (its local client to the agents' tunnels) shares the control plane's switch.
+    platform = SETTINGS.model_copy(update={"verbose_env": "LOFT_LOG_TSNET_CONTROL_PLANE"})
+    on = {"LOFT_LOG_TSNET_CONTROL_PLANE": "true"}
+    assert NodeSession("http://x", "k", hostname="h", settings=platform, environ=on).verbose
+    session = NodeSession("http://x", "k", hostname="h", settings=platform, environ=on)
+    assert Dialer(session, environ=on)._verbose
+    off = {"LOFT_LOG_TSNET_AGENT": "true"}
+    assert not NodeSession("http://x", "k", hostname="h", settings=platform, environ=off).verbose

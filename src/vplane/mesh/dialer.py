@@ -32,7 +32,7 @@ from aiohttp.tracing import Trace
 
 from vplane.mesh.backoff import DirectPathMemory
 from vplane.mesh.session import DialError, NodeSession, PathKind, Peer, RelayTransport, Stream, split_endpoint
-from vplane.mesh.settings import AGENT_LOG_ENV, MeshSettings, direct_dialing_enabled, verbose
+from vplane.mesh.settings import MeshSettings, direct_dialing_enabled, verbose
 from vplane.support.tls import client_context
 
 P = TypeVar("P", bound=asyncio.BaseProtocol)
@@ -59,7 +59,7 @@ class Dialer:
             ssl_context = client_context(self.settings.direct_ca_pem.encode())
         self._ssl = ssl_context
         self._memory = DirectPathMemory(self.settings.direct_retry_after_seconds, clock)
-        self._verbose = verbose(self.settings, AGENT_LOG_ENV, environ)
+        self._verbose = verbose(self.settings, self.settings.verbose_env, environ)
         self.paths_used: collections.Counter[str] = collections.Counter()
         """Dials per path. For tests and benchmarks only: no metric distinguishes paths (spec §3.1)."""
 

@@ -39,7 +39,7 @@ from vplane.mesh import frames
 from vplane.mesh.backoff import Backoff
 from vplane.mesh.frames import FrameType, Mux
 from vplane.mesh.netmap import Assembler
-from vplane.mesh.settings import AGENT_LOG_ENV, MeshSettings, insecure_skip_verify, verbose
+from vplane.mesh.settings import MeshSettings, insecure_skip_verify, verbose
 from vplane.support.tls import CertPair
 
 SESSION_PATH = "/coordinator/session"
@@ -602,7 +602,7 @@ class NodeSession:
         self._serve = serve
         self._clock = clock
         self._rand = rand
-        self.verbose = verbose(self.settings, AGENT_LOG_ENV, environ)
+        self.verbose = verbose(self.settings, self.settings.verbose_env, environ)
         self.node_id: str | None = None
         self.instance = secrets.token_hex(8)
         """This process's id among the node's registrations (peers tell a restart from a reconnect)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -99,8 +100,13 @@ class MeshSettings(BaseModel):
 
     # -- logging ------------------------------------------------------------------------------------
     verbose_logs: bool | None = None
-    """Frame-level logs. None: read ``LOFT_LOG_TSNET_AGENT`` (node side) or
-    ``LOFT_LOG_TSNET_CONTROL_PLANE`` (coordinator side)."""
+    """Frame-level logs. None: read ``verbose_env`` (node side) or ``LOFT_LOG_TSNET_CONTROL_PLANE``
+    (coordinator side)."""
+    verbose_env: Literal["LOFT_LOG_TSNET_AGENT", "LOFT_LOG_TSNET_CONTROL_PLANE"] = "LOFT_LOG_TSNET_AGENT"
+    """The switch a node reads for ``verbose_logs``: an agent's or a tenant's own, or, for the platform's
+    own node (its local client to the agents' tunnels), the control plane's, which turns on the
+    coordinator's, the relay's and that node's logs together (the runbook: "all three share the same
+    toggle")."""
 
     # -- limits on what one node or identity may claim (issue 7, item 7) -----------------------------
     max_node_labels: int = Field(default=64, ge=0)

@@ -18,7 +18,7 @@ from vplane.kube import accesskeys, errors
 from vplane.kube.accesskeys import GROUP, KeyRejected
 from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import Coordinator, NodeIdentity, NodeInfo
-from vplane.mesh.settings import MeshSettings
+from vplane.mesh.settings import CONTROL_PLANE_LOG_ENV, MeshSettings
 from vplane.platform.admission import ConnectedClusterLimit
 from vplane.platform.clusters import status as st
 from vplane.platform.clusters import values as av
@@ -94,7 +94,8 @@ class ConnectedClusters:
             tls.client_context(api.ca.cert_pem),
             self.keys.ensure_key,
             hostname=f"platform-{settings.instance_id}",
-            settings=MeshSettings.model_validate(settings.mesh),
+            # The platform's own node logs with the control plane's switch (LOFT_LOG_TSNET_CONTROL_PLANE).
+            settings=MeshSettings.model_validate({**settings.mesh, "verbose_env": CONTROL_PLANE_LOG_ENV}),
             retry_seconds=settings.local_client_retry_seconds,
             on_change=self._local_changed,
         )
