@@ -209,6 +209,11 @@ def test_a_tunnel_lost_mid_pass_is_no_online_peers_not_failed(message: str) -> N
     outcome = st.tunnel_lost(st.Mode.TUNNEL, failed)
     assert (outcome.phase, outcome.reason, outcome.kind) == ("", st.NO_ONLINE_PEERS, "requeue")
     assert message in outcome.message
+    # Also while creating the upgrade bridge through the tunnel (not a bridge error).
+    bridge = st.failed(
+        st.DEPLOY_PROXY_ONLY_AGENT, "creating the bridge deployment proxy-only-agent: " + message
+    )
+    assert st.tunnel_lost(st.Mode.TUNNEL, bridge).reason == st.NO_ONLINE_PEERS
     # A direct cluster's failure, or any other reason, stands as it is.
     assert st.tunnel_lost(st.Mode.DIRECT, failed) is failed
     other = st.failed(st.CLUSTER_UID, message)

@@ -90,6 +90,19 @@ def test_reason_is_blank_early_then_offline() -> None:
     assert st.offline_grace_left(st.Mode.TUNNEL, none, created, created + GRACE, GRACE) is None
 
 
+def test_offline_after_the_platform_forgot_a_cluster_it_reached_before() -> None:
+    """Sessions offline for about 15 minutes are forgotten: no session on record then is not "yet"."""
+    none = st.Peers(0, 0, 0)
+    created = 1000.0
+    early = st.peer_gate(st.Mode.TUNNEL, none, created, created + 1, GRACE, connected_before=True)
+    assert early is not None and (early.phase, early.reason, early.kind) == ("", "Offline", "requeue")
+    assert "yet" not in early.message and "connected before" in early.message
+    left = st.offline_grace_left(st.Mode.TUNNEL, none, created, created + 1, GRACE, connected_before=True)
+    assert left is None
+    first = st.peer_gate(st.Mode.TUNNEL, none, created, created + GRACE, GRACE)
+    assert first is not None and first.message.endswith("yet")
+
+
 def test_offline_only_without_a_direct_kubeconfig() -> None:
     none = st.Peers(0, 0, 0)
     assert st.peer_gate(st.Mode.DIRECT, none, 0.0, 100.0, GRACE) is None

@@ -196,9 +196,11 @@ class ClusterController:
                 return st.peer_check_failed(st.describe(exc)), None
             peers = st.Peers(len(sessions), len(online_nodes), responding)
             grace = self.settings.cluster_offline_grace_seconds
-            gate = st.peer_gate(mode, peers, created, now, grace)
+            # The UID record is written once the platform first reached the cluster.
+            before = bool((meta.get("annotations") or {}).get(st.CLUSTER_UID_ANNOTATION))
+            gate = st.peer_gate(mode, peers, created, now, grace, connected_before=before)
             if gate is not None:
-                return gate, st.offline_grace_left(mode, peers, created, now, grace)
+                return gate, st.offline_grace_left(mode, peers, created, now, grace, connected_before=before)
         try:
             entry = await self._client(name, cluster, mode)
             kube_system = await entry.client.get(NAMESPACES, "kube-system")

@@ -199,10 +199,12 @@ class Helm:
         values: dict[str, Any],
         name: str = RELEASE_NAME,
         description: str = "",
+        wait: bool = False,
     ) -> None:
         """One values file with everything (token included), so ``helm get values`` reads back exactly the
         platform's desired values and drift is a plain comparison. ``description`` replaces helm's
-        "Install complete"/"Upgrade complete" of a successful write (``values.release_description``)."""
+        "Install complete"/"Upgrade complete" of a successful write (``values.release_description``).
+        ``wait``: until the release's workloads are ready (within the timeout), else the release fails."""
         with self._values_file(values) as path:
             await self.run(
                 "upgrade",
@@ -215,5 +217,6 @@ class Helm:
                 str(path),
                 "--timeout",
                 f"{int(self.timeout_seconds)}s",
+                *(("--wait",) if wait else ()),
                 *(("--description", description) if description else ()),
             )

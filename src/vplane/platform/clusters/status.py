@@ -145,18 +145,32 @@ class Peers:
 
 
 def peer_gate(
-    mode: Mode, peers: Peers, created_at: float | None, now: float, offline_grace_seconds: float
+    mode: Mode,
+    peers: Peers,
+    created_at: float | None,
+    now: float,
+    offline_grace_seconds: float,
+    *,
+    connected_before: bool = False,
 ) -> Outcome | None:
     """Offline / NoOnlinePeers for a tunnel cluster; None when a session responds.
 
     A new cluster's reason stays blank for ``offline_grace_seconds`` after its creation (the runbook:
     "status.reason itself is also blank during the earliest part of the wait, then becomes Offline once
-    the platform can confirm there's no online agent tunnel yet")."""
+    the platform can confirm there's no online agent tunnel yet"). ``connected_before``: the platform has
+    reached the cluster before (it recorded its UID), so no session on record means the platform forgot
+    the idle ones (after about 15 minutes offline), not that the agent never came."""
     if mode is not Mode.TUNNEL:
         return None
     if peers.responding > 0:
         return None
     if peers.registered == 0:
+        if connected_before:
+            return requeue(
+                OFFLINE,
+                "the agent connected before, but it has been offline long enough that the platform forgot "
+                "its tunnel sessions; it is picked up again when the agent reconnects",
+            )
         if created_at is not None and now - created_at < offline_grace_seconds:
             return requeue("", "")
         return requeue(OFFLINE, "no agent has connected to the platform for this cluster yet")
@@ -172,10 +186,16 @@ def peer_gate(
 
 
 def offline_grace_left(
-    mode: Mode, peers: Peers, created_at: float | None, now: float, offline_grace_seconds: float
+    mode: Mode,
+    peers: Peers,
+    created_at: float | None,
+    now: float,
+    offline_grace_seconds: float,
+    *,
+    connected_before: bool = False,
 ) -> float | None:
     """Seconds until a blank reason should turn into Offline (to requeue exactly then), if it will."""
-    if mode is not Mode.TUNNEL or peers.registered or created_at is None:
+    if mode is not Mode.TUNNEL or peers.registered or created_at is None or connected_before:
         return None
     left = created_at + offline_grace_seconds - now
     return left if left > 0 else None
@@ -191,7 +211,8 @@ def tunnel_lost(mode: Mode | None, outcome: Outcome) -> Outcome:
     """A tunnel cluster's step that failed because the tunnel went away after the health check passed is
     the tunnel's state, not a fault of the step: NoOnlinePeers, requeued, rather than a Failed phase that
     would stand until the next pass."""
-    if mode is not Mode.TUNNEL or outcome.reason not in (INITIALIZE_CLUSTER, HEALTH_CHECK_CLUSTER):
+    steps = (INITIALIZE_CLUSTER, HEALTH_CHECK_CLUSTER, DEPLOY_PROXY_ONLY_AGENT)
+    if mode is not Mode.TUNNEL or outcome.reason not in steps:
         return outcome
     if GATEWAY_NO_SESSION not in outcome.message and GATEWAY_UNREACHABLE not in outcome.message:
         return outcome

@@ -82,8 +82,10 @@ class UpgradeBridge:
         )
         helm = change.helm_through(node)
         try:
+            # Until the new agent is ready: the bridge goes only once the upgrade completed, and an agent
+            # that never becomes ready fails the release, which is then rolled back through the bridge.
             await helm.upgrade_install(
-                change.chart, change.namespace, change.values, description=change.description
+                change.chart, change.namespace, change.values, description=change.description, wait=True
             )
         except HelmError as exc:
             note = await self._roll_back(change, helm)
