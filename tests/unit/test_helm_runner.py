@@ -51,3 +51,22 @@ async def test_other_errors_still_raise(tmp_path: Path) -> None:
     # history reports a missing release as helm does (vplane doctor cluster prints it)
     with pytest.raises(HelmError, match="release: not found"):
         await helm.history("vcluster-platform")
+
+
+async def test_helm_gets_its_own_timeout_and_a_margin_before_it_is_killed(tmp_path: Path) -> None:
+    """``--timeout`` is helm's; the process is killed only ``exit_margin_seconds`` later, so a helm that
+    ends its own waiting (and marks the release failed) is never cut short, and one that hangs still ends."""
+    script = tmp_path / "helm"
+    # Exits by itself just after its --timeout (as helm does when --wait runs out); hangs for "hang".
+    script.write_text(
+        '#!/bin/sh\ncase "$1" in\n  hang) exec sleep 30 ;;\n'
+        "  *) sleep 0.3; echo 'Error: UPGRADE FAILED: context deadline exceeded' >&2; exit 1 ;;\nesac\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    helm = Helm(str(script), tmp_path / "kubeconfig", tmp_path / "home", timeout_seconds=0.2)
+    helm.exit_margin_seconds = 5.0
+    with pytest.raises(HelmError, match="context deadline exceeded"):
+        await helm.upgrade_install(tmp_path, "ns", {}, wait=True)  # past 0.2 s, within the margin
+    helm.exit_margin_seconds = 0.3
+    with pytest.raises(TimeoutError):
+        await helm.run("hang")

@@ -390,6 +390,36 @@ async def test_direct_dial_is_preferred(mesh: Harness, material: TLSMaterial) ->
     assert set(dialer.paths_used) == {"direct"}
 
 
+async def test_racing_paths_that_both_connect_keep_one_and_close_the_other(
+    mesh: Harness, material: TLSMaterial
+) -> None:
+    """No head start: every dial races both paths, which both connect; each stream is whole (its own reader,
+    not the loser's), and each loser is closed rather than left open on the peer."""
+
+    async def echo_until_reset(stream: Stream) -> None:
+        with contextlib.suppress(ConnectionResetError):  # a losing relayed stream is reset by the dialer
+            await echo(stream)
+
+    factory = stream_protocol_factory(echo_until_reset)
+    listener = DirectListener(factory, tls_server_context(material.serving))
+    endpoints = await listener.start()
+    mesh.stack.push_async_callback(listener.close)
+    b = await mesh.node("key-b", "b", serve=factory, endpoints=endpoints)
+    a = await mesh.node("key-a", "a")
+    await sees(a, b)
+    update = {"direct_ca_pem": material.ca.cert_pem.decode(), "direct_head_start_seconds": 0.0}
+    dialer = Dialer(a, SETTINGS.model_copy(update=update), environ={})
+    for n in range(10):
+        stream = await dialer.dial(b.node_id or "")
+        await stream.write(bytes([n]))
+        assert await stream.readexactly(1) == bytes([n])
+        await stream.close()
+    assert sum(dialer.paths_used.values()) == 10, dialer.paths_used
+    async with asyncio.timeout(WAIT):  # the relayed losers are gone from the peer's session too
+        while a._conn is not None and (a._conn.transports or a._conn.pending):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
 async def test_direct_dialing_disabled_by_environment(mesh: Harness, material: TLSMaterial) -> None:
     runner = await mesh.http_app(hello_routes())
     listener = DirectListener(runner.server, tls_server_context(material.serving))

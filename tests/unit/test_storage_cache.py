@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from vplane.storage.cache import Cache
-from vplane.storage.interface import Event, KeyValue, StorageError, Subscriber
+from vplane.storage.interface import Event, KeyValue, RevisionMismatchError, StorageError, Subscriber
 
 
 class DelayedStore:
@@ -21,6 +21,7 @@ class DelayedStore:
         self.failure: StorageError | None = None
         self.subscriber: Subscriber | None = None
         self.undelivered: list[Event] = []
+        self.delivered: list[Event] = []
 
     async def start(self) -> None:
         return None
@@ -43,10 +44,24 @@ class DelayedStore:
         self.undelivered.append(Event("PUT", kv, None))
         return kv
 
+    async def update(self, key: str, value: bytes, expected_revision: int) -> KeyValue:
+        current = next(e.kv for e in reversed(self.committed) if e.kv.key == key)
+        if current.mod_revision != expected_revision:
+            raise RevisionMismatchError(key, current)
+        self.revision += 1
+        kv = KeyValue(key, value, self.revision, current.create_revision)
+        self.undelivered.append(Event("PUT", kv, current))
+        return kv
+
+    @property
+    def committed(self) -> list[Event]:
+        return self.delivered + self.undelivered
+
     def deliver(self, events: Sequence[Event] | None = None) -> None:
         assert self.subscriber is not None
         batch = list(self.undelivered if events is None else events)
         self.undelivered = []
+        self.delivered += batch
         self.subscriber(batch)
 
 
@@ -98,3 +113,33 @@ async def test_a_deletion_without_its_previous_value_gets_the_cached_one() -> No
     assert [e.kv.key for e in seen] == ["/a", "/b", "/a"]
     assert (await cache.events_after(2))[-1] == deleted  # the history watchers resume from, too
     assert cache.get("/a") is None
+
+
+async def test_an_update_refused_for_a_newer_version_waits_for_the_cache_to_hold_it() -> None:
+    """Another replica's write the cache has not seen yet: the refused writer's retry must read it, not the
+    cache's older copy (or it loses the same race again and again)."""
+    store = DelayedStore()
+    cache = await started(store)
+    first = asyncio.ensure_future(cache.create("/a", b"1"))
+    await asyncio.sleep(0)
+    store.deliver()
+    created = await first
+    newer = await store.update("/a", b"2", created.mod_revision)  # committed elsewhere, event on its way
+    refused = asyncio.ensure_future(cache.update("/a", b"3", created.mod_revision))
+    await asyncio.sleep(0.01)
+    assert not refused.done()  # waiting for the newer version, not yet refused
+    store.deliver()
+    with pytest.raises(RevisionMismatchError):
+        await refused
+    assert cache.get("/a") == newer  # what the retry reads
+
+
+async def test_a_cancelled_wait_leaves_no_waiter_behind() -> None:
+    store = DelayedStore()
+    cache = await started(store)
+    write = asyncio.ensure_future(cache.create("/a", b"1"))
+    await asyncio.sleep(0)
+    write.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await write
+    assert cache._waiters == []

@@ -88,8 +88,8 @@ class Dialer:
     async def _race(
         self, target: Peer, protocol_factory: Callable[[], P]
     ) -> tuple[asyncio.Transport, P, PathKind] | None:
-        """The direct path, with the relay raced beside it once the head start is over; None: the direct
-        path failed before the relay was started (the caller dials the relay)."""
+        """The direct path, with the relay raced beside it once the head start is over; None: neither
+        connected (the caller dials the relay)."""
         attempt: list[str] = []
         direct = asyncio.ensure_future(self._dial_direct(target, protocol_factory, attempt))
         relay: asyncio.Future[tuple[RelayTransport, P]] | None = None
@@ -110,8 +110,8 @@ class Dialer:
                     return relay_transport, protocol, "relay"
             connected = direct.result()
             if connected is None:
-                if relay is not None:
-                    relay.result()  # both paths failed: the relay's error is the dial's
+                # The caller dials the relay now: one that failed during the race (a session reconnecting)
+                # may work by now, and its error then says what holds now.
                 return None
             winner = direct
             self.paths_used["direct"] += 1

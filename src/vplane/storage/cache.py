@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 import structlog
 from sortedcontainers import SortedDict
 
-from vplane.storage.interface import CompactedError, Event, KeyValue, Store
+from vplane.storage.interface import CompactedError, Event, KeyValue, RevisionMismatchError, Store
 from vplane.storage.sqlite import prefix_end
 
 Listener = Callable[[Sequence[Event]], None]
@@ -108,14 +108,28 @@ class Cache:
         return kv
 
     async def update(self, key: str, value: bytes, expected_revision: int) -> KeyValue:
-        kv = await self.store.update(key, value, expected_revision)
+        try:
+            kv = await self.store.update(key, value, expected_revision)
+        except RevisionMismatchError as exc:
+            await self._catch_up(exc)
+            raise
         await self.wait_for(kv.mod_revision)
         return kv
 
     async def delete(self, key: str, expected_revision: int) -> KeyValue:
-        kv = await self.store.delete(key, expected_revision)
+        try:
+            kv = await self.store.delete(key, expected_revision)
+        except RevisionMismatchError as exc:
+            await self._catch_up(exc)
+            raise
         await self.wait_for(kv.mod_revision)
         return kv
+
+    async def _catch_up(self, mismatch: RevisionMismatchError) -> None:
+        """The store holds a newer version than the cache (a write of another replica, or one whose event
+        is late): wait for it, so the caller's retry reads it instead of losing the same race again."""
+        if mismatch.current is not None and mismatch.current.mod_revision > self._revision:
+            await self.wait_for(mismatch.current.mod_revision)
 
     async def wait_for(self, revision: int) -> bool:
         """Wait until the cache holds ``revision``, for up to ``write_wait`` seconds; False if it did not."""
@@ -127,15 +141,16 @@ class Cache:
         try:
             await asyncio.wait_for(future, self.write_wait)
         except TimeoutError:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
             log.warning(
-                "write committed; cache behind it",
+                "cache behind the store; not waiting longer",
                 revision=revision,
                 cached=self._revision,
                 waited=self.write_wait,
             )
             return False
+        finally:
+            if waiter in self._waiters:  # timed out or cancelled: not left behind
+                self._waiters.remove(waiter)
         return True
 
     # -- listeners -------------------------------------------------------------------------------

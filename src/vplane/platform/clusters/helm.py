@@ -80,8 +80,12 @@ class Helm:
     home: Path
     """Where helm's cache, config and data live (private to the caller)."""
     timeout_seconds: float = 120.0
+    """helm's own ``--timeout`` for the commands that take one; the process itself gets ``exit_margin_seconds``
+    more, so helm, not a kill, ends an operation that ran out of time: killed mid-upgrade, it would leave the
+    release ``pending-upgrade`` instead of ``failed`` (which can be rolled back at once)."""
     context: str | None = None
     """A context of the kubeconfig other than its current one."""
+    exit_margin_seconds: float = 60.0
 
     async def run(self, *args: str) -> str:
         if self.context:
@@ -103,7 +107,7 @@ class Helm:
             env=env,
         )
         try:
-            async with asyncio.timeout(self.timeout_seconds):
+            async with asyncio.timeout(self.timeout_seconds + self.exit_margin_seconds):
                 out, err = await proc.communicate()
         except BaseException:
             with contextlib.suppress(ProcessLookupError):

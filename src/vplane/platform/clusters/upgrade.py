@@ -87,9 +87,14 @@ class UpgradeBridge:
             await helm.upgrade_install(
                 change.chart, change.namespace, change.values, description=change.description, wait=True
             )
-        except HelmError as exc:
+        except (HelmError, TimeoutError) as exc:
+            # helm killed past its own timeout leaves the release pending (rolled back once stuck, by the
+            # release step); a failed one is rolled back here.
             note = await self._roll_back(change, helm)
-            raise HelmError(f"{exc} (upgrade through the bridge {br.BRIDGE_NAME}{note})") from None
+            text = (
+                str(exc) or f"helm did not exit within {helm.timeout_seconds + helm.exit_margin_seconds:g}s"
+            )
+            raise HelmError(f"{text} (upgrade through the bridge {br.BRIDGE_NAME}{note})") from None
         log.info("agent release upgraded through the bridge; removing it", cluster=change.cluster)
         await self._remove(change)
 
