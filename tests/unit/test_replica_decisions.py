@@ -222,6 +222,18 @@ def test_the_holder_of_an_online_session_reconciles_else_the_lowest_live_replica
     assert reconciler([], ["b"]) == "b"
 
 
+def test_while_an_upgrade_bridge_is_online_its_holder_reconciles() -> None:
+    """The upgrade goes through the bridge's session, which only its holder reaches (the relay does not
+    cross replicas): a replica holding only the primary agent's would wait for the bridge for ever."""
+    primary = node("n1", "a")
+    bridge = dataclasses.replace(node("n2", "b"), labels={"agent-mode": "proxy-only"})
+    assert reconciler([primary, bridge], ["a", "b"]) == "b"
+    assert reconciler([primary, dataclasses.replace(bridge, online=False)], ["a", "b"]) == "a"
+    # Seen from another replica: the bridge's own label travels on its NetworkPeer.
+    obj = {"metadata": {"name": "n2", "annotations": peer_annotations(bridge), "labels": {}}}
+    assert peer_state(obj).info(True).labels == {"agent-mode": "proxy-only"}
+
+
 def test_after_a_pause_our_own_sessions_count_only_once_heard_from_again() -> None:
     """Replica a was paused while its agent moved to b: a's old session still reads online (its end not yet
     noticed) but was last heard before the resume, so b reconciles; a session a heard since counts again."""

@@ -46,6 +46,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+import orjson
 import structlog
 
 from vplane.apiserver import codec, timeutil
@@ -55,6 +56,7 @@ from vplane.kube import errors
 from vplane.kube.accesskeys import GROUP, agent_subject
 from vplane.kube.objects import Obj
 from vplane.mesh.coordinator import NodeInfo
+from vplane.platform.clusters.bridge import MODE_LABEL, MODE_PROXY_ONLY
 from vplane.support.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -72,8 +74,10 @@ NAME_ANNOTATION = "vplane.io/node-name"
 IDENTITY_ANNOTATION = "vplane.io/node-identity"
 KIND_ANNOTATION = "vplane.io/node-kind"
 CONNECTED_ANNOTATION = "vplane.io/connected-at"
+NODE_LABELS_ANNOTATION = "vplane.io/node-labels"
 """What a NetworkPeer carries besides upstream's annotations, so another replica can see the node as its
-holder does (``NodeInfo``)."""
+holder does (``NodeInfo``); the last, as JSON, the node's own labels (``agent-mode``: an upgrade bridge),
+which are not the NetworkPeer's labels (those carry only the platform's prefixed ones)."""
 STARTUP_LOCK = "startup.lock"
 
 
@@ -130,7 +134,10 @@ def peer_state(obj: Obj) -> PeerState:
         identity=identity,
         kind=kind,
         connected_at=timeutil.parse_time(str(annotations.get(CONNECTED_ANNOTATION) or "")),
-        labels=MappingProxyType(dict(meta.get("labels") or {})),
+        # The platform's labels win over the node's own, as on the holder (``NodeInfo.labels``).
+        labels=MappingProxyType(
+            {**_own_labels(annotations.get(NODE_LABELS_ANNOTATION)), **(meta.get("labels") or {})}
+        ),
         endpoints=tuple(str(e) for e in (obj.get("spec") or {}).get("endpoints") or ()),
     )
 
@@ -148,7 +155,21 @@ def peer_annotations(node: NodeInfo) -> dict[str, str]:
         annotations[CONNECTED_ANNOTATION] = timeutil.rfc3339_micro(node.connected_at)
     if node.kind == "agent" and node.identity.startswith("loft:cluster:"):
         annotations[CLUSTER_ANNOTATION] = node.identity.removeprefix("loft:cluster:")
+    own = {k: v for k, v in sorted(node.labels.items()) if "/" not in k}
+    if own:
+        annotations[NODE_LABELS_ANNOTATION] = orjson.dumps(own).decode()
     return annotations
+
+
+def _own_labels(text: object) -> dict[str, str]:
+    """The node's own labels from their annotation; anything but a JSON object of strings is none."""
+    try:
+        found = orjson.loads(str(text or "{}"))
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): v for k, v in found.items() if isinstance(v, str)}
 
 
 def lease_name(instance_id: str) -> str:
@@ -366,8 +387,15 @@ def heard_since(sessions: Iterable[NodeInfo], me: str, resumed_wall: float) -> l
 
 
 def reconciler(sessions: Iterable[NodeInfo], live: Sequence[str]) -> str:
-    """The replica that reconciles a Cluster with these agent sessions (``live``: sorted, non-empty)."""
-    holders = sorted({n.coordinator_id for n in sessions if n.online and n.coordinator_id})
+    """The replica that reconciles a Cluster with these agent sessions (``live``: sorted, non-empty).
+
+    While an upgrade bridge is online, the replica holding the bridge's session: the upgrade goes through
+    that session, and the relay does not cross replicas (a replica holding only the primary agent's
+    session would wait for the bridge for ever, silently). That replica reaches the cluster through the
+    bridge for the rest of the pass too (the bridge serves the platform's requests as the agent does)."""
+    online = [n for n in sessions if n.online and n.coordinator_id]
+    bridges = [n for n in online if n.labels.get(MODE_LABEL) == MODE_PROXY_ONLY]
+    holders = sorted({n.coordinator_id for n in (bridges or online)})
     return holders[0] if holders else live[0]
 
 
