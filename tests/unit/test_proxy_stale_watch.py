@@ -29,15 +29,14 @@ async def _namespace_exists(name: str) -> bool:
     return True
 
 
-async def test_stale_is_logged_after_a_flapping_subscription() -> None:
-    snapshots: asyncio.Queue[PeerSnapshot] = asyncio.Queue()
+def fed_runner(snapshots: asyncio.Queue[PeerSnapshot], peers: PeerSettings) -> ProxyRunner:
+    """A runner whose platform subscription delivers what the test puts in ``snapshots``."""
 
     async def feed() -> AsyncIterator[PeerSnapshot]:
         while True:
             yield await snapshots.get()
 
-    settings = ProxySettings(peers=PeerSettings(stale_after_seconds=0.3, startup_sync_seconds=5))
-    runner = ProxyRunner(
+    return ProxyRunner(
         [TARGET],
         client_name="client",
         client_project="default",
@@ -45,8 +44,13 @@ async def test_stale_is_logged_after_a_flapping_subscription() -> None:
         dial=_dial,  # type: ignore[arg-type]
         feed=feed,
         namespace_exists=_namespace_exists,
-        settings=settings,
+        settings=ProxySettings(peers=peers),
     )
+
+
+async def test_stale_is_logged_after_a_flapping_subscription() -> None:
+    snapshots: asyncio.Queue[PeerSnapshot] = asyncio.Queue()
+    runner = fed_runner(snapshots, PeerSettings(stale_after_seconds=0.3, startup_sync_seconds=5))
     with structlog.testing.capture_logs() as logs:
         await runner.start()
         try:
@@ -71,21 +75,7 @@ async def test_a_live_subscription_before_its_first_list_is_no_list() -> None:
     """Registered with the platform but no netmap yet (seq 0): the cache has no list, rather than an empty
     one (which would read as synced and fail the start-up probe with ``no_peer``)."""
     snapshots: asyncio.Queue[PeerSnapshot] = asyncio.Queue()
-
-    async def feed() -> AsyncIterator[PeerSnapshot]:
-        while True:
-            yield await snapshots.get()
-
-    runner = ProxyRunner(
-        [TARGET],
-        client_name="client",
-        client_project="default",
-        access_key=lambda: "key",
-        dial=_dial,  # type: ignore[arg-type]
-        feed=feed,
-        namespace_exists=_namespace_exists,
-        settings=ProxySettings(peers=PeerSettings(startup_sync_seconds=5)),
-    )
+    runner = fed_runner(snapshots, PeerSettings(startup_sync_seconds=5))
     proxy = runner.proxies[0]
     await runner.start()
     try:
