@@ -129,9 +129,15 @@ subjects:
 
 
 def proxy_values(
-    *keys: str, access: str = "", replicas: int = 1, enabled: bool = True, target: str = "target"
+    *keys: str,
+    access: str = "",
+    replicas: int = 1,
+    enabled: bool = True,
+    target: str = "target",
+    env: dict[str, str] | None = None,
 ) -> str:
-    """A vcluster.yaml proxying ``keys`` (default ``myresources.example.com/v1``) from ``target``."""
+    """A vcluster.yaml proxying ``keys`` (default ``myresources.example.com/v1``) from ``target``; ``env`` for
+    the control plane (``controlPlane.statefulSet.env``)."""
     entry: dict[str, Any] = {"enabled": enabled, "targetVirtualCluster": {"name": target}}
     if access:
         entry["accessResources"] = access
@@ -142,8 +148,13 @@ def proxy_values(
             }
         }
     }
+    stateful_set: dict[str, Any] = {}
     if replicas > 1:
-        doc["controlPlane"] = {"statefulSet": {"highAvailability": {"replicas": replicas}}}
+        stateful_set["highAvailability"] = {"replicas": replicas}
+    if env:
+        stateful_set["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    if stateful_set:
+        doc["controlPlane"] = {"statefulSet": stateful_set}
     return yaml.safe_dump(doc)
 
 
@@ -491,7 +502,9 @@ MAIN_PROXY = {
 }
 MAIN_CLIENTS = {
     "client": proxy_values(),
-    "client2": proxy_values(),
+    # Direct dialing off (the runbook's TS_DEBUG_DIAL_DIRECT=false for vCluster pods), verbose mesh logs on:
+    # everything client2 proxies, the two-client isolation test's watches included, goes over the relay.
+    "client2": proxy_values(env={"TS_DEBUG_DIAL_DIRECT": "false", "LOFT_LOG_TSNET_AGENT": "true"}),
     "allc": proxy_values(access="all"),
     "decom": proxy_values(f"myresources.{GV}", "widgets.zz.example/v1"),
     "keyed": proxy_values(),
@@ -563,6 +576,22 @@ class TestProxy:
         assert got is not None and got["spec"] == {"size": 1}
         listed = client.run("get", "myresources", "-n", "default", "-o", "name").stdout.split()
         assert "myresource.example.com/w1" in listed
+
+    def test_a_client_without_direct_dialing_proxies_over_the_platform_relay(self, env: Env) -> None:
+        """client2's control plane has TS_DEBUG_DIAL_DIRECT=false in its vcluster.yaml's
+        controlPlane.statefulSet.env: its proxy reaches the target through the platform's relay (the
+        direct path's fallback), and its verbose mesh log (LOFT_LOG_TSNET_AGENT, set the same way) shows
+        netmaps but never a direct dial."""
+        client = env.kubectl("client2")
+        client.apply(widget("relayed"))
+        got = target_object(env, "relayed")
+        assert labels_of(got) == {**OWNED, "vcluster.com/owner-vcluster": "client2"}
+        assert client.run("get", "myresources", "relayed", "-n", "default", "-o", "name").stdout == (
+            "myresource.example.com/relayed"
+        )
+        assert env.log_lines("client2", "mesh netmap received"), "the environment reached the control plane"
+        assert not env.log_lines("client2", "mesh direct dial")
+        client.run("delete", "myresources", "relayed", "-n", "default")
 
     def test_protected_objects_read_as_upstream(self, env: Env) -> None:
         """The APIService and the ExternalName Service are upstream's, labelled, and cannot be deleted;

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vplane.kube import tenantconfig
 from vplane.platform.placement import TenantSpec, tenant_args
 from vplane.platform.settings import PlatformSettings
 from vplane.platform.tenantpods import (
@@ -204,3 +205,24 @@ def test_the_replica_has_a_sane_liveness_probe() -> None:
         live["periodSeconds"] * live["failureThreshold"] > ready["periodSeconds"] * ready["failureThreshold"]
     )
     assert live["timeoutSeconds"] < live["periodSeconds"] * live["failureThreshold"]
+
+
+def test_control_plane_environment_is_upstreams_key_with_literal_values() -> None:
+    """``controlPlane.statefulSet.env`` (upstream's key): how an operator sets ``TS_DEBUG_DIAL_DIRECT=false`` or
+    ``LOFT_LOG_TSNET_AGENT=true`` on a tenant's control plane; ``valueFrom`` has nothing to read here."""
+    values = (
+        "controlPlane:\n  statefulSet:\n    env:\n"
+        "    - {name: TS_DEBUG_DIAL_DIRECT, value: 'false'}\n    - {name: LOFT_LOG_TSNET_AGENT, value: 'true'}\n"
+    )
+    config = tenantconfig.parse(values)
+    assert config.env == [("TS_DEBUG_DIAL_DIRECT", "false"), ("LOFT_LOG_TSNET_AGENT", "true")]
+    assert TenantSpec("p-default", "p-default", "c", 1, "k", values).env == tuple(config.env)
+    (cause,) = tenantconfig.validate(
+        "controlPlane:\n  statefulSet:\n    env:\n    - {name: X, valueFrom: {fieldRef: {fieldPath: a}}}\n"
+    )
+    assert cause["field"] == "spec.template.helmRelease.values[controlPlane.statefulSet.env.0]"
+    assert "valueFrom is not supported" in cause["message"]
+    (cause,) = tenantconfig.validate(
+        "controlPlane:\n  statefulSet:\n    env:\n    - {name: '1 x', value: a}\n"
+    )
+    assert cause["field"].endswith("[controlPlane.statefulSet.env.0.name]")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from vplane.kube import errors, proxyconfig, yamlsafe
 from vplane.kube.errors import Cause
@@ -25,8 +25,28 @@ class HighAvailability(_Strict):
     replicas: int = Field(default=1, ge=1, le=7, description="Control-plane replicas sharing one store.")
 
 
+class EnvVar(_Strict):
+    """One entry of ``controlPlane.statefulSet.env``: a literal value (``valueFrom`` has no source here)."""
+
+    name: str = Field(pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", max_length=253)
+    value: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _literal_only(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "valueFrom" in data:
+            raise ValueError("valueFrom is not supported for the control plane's environment; give value")
+        return data
+
+
 class StatefulSet(_Strict):
     high_availability: HighAvailability = Field(default_factory=HighAvailability, alias="highAvailability")
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Environment of the control-plane containers (upstream's key), e.g. the mesh switches "
+        "TS_DEBUG_DIAL_DIRECT and LOFT_LOG_TSNET_AGENT.",
+    )
 
 
 class ControlPlane(_Strict):
@@ -51,6 +71,11 @@ class TenantConfig(BaseModel):
     @property
     def replicas(self) -> int:
         return self.control_plane.stateful_set.high_availability.replicas
+
+    @property
+    def env(self) -> list[tuple[str, str]]:
+        """``controlPlane.statefulSet.env`` as pairs, in order (a later duplicate wins, as in a pod)."""
+        return [(e.name, e.value) for e in self.control_plane.stateful_set.env]
 
     def proxy_targets(self, client_project: str) -> list[proxyconfig.ProxyTarget]:
         """The enabled proxied group/versions (empty: no resource proxy runs)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from vplane.kube import tenantconfig as tenant_config
 from vplane.platform.settings import PlatformSettings
 from vplane.platform.tenantnet import TenantNetwork
 from vplane.support import tls
@@ -50,6 +51,15 @@ class TenantSpec:
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        """``controlPlane.statefulSet.env`` of the values, for every placement's replicas (admission has
+        validated the values; values it would refuse give none)."""
+        try:
+            return tuple(tenant_config.parse(self.values).env)
+        except tenant_config.ConfigInvalid:
+            return ()
 
 
 @dataclass

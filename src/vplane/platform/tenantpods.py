@@ -422,7 +422,8 @@ class TenantPods:
             platform_ca=f"{data}/{PLATFORM_CA_FILE}",
             network=tenant.network,
         )
-        env = [("PYTHONUNBUFFERED", "1")]
+        # The vcluster.yaml's own first: the platform's, after them, win (a later duplicate wins in a pod).
+        env = [*tenant.spec.env, ("PYTHONUNBUFFERED", "1")]
         level = os.environ.get("VPLANE_LOG_LEVEL")
         if level:
             env.append(("VPLANE_LOG_LEVEL", level))

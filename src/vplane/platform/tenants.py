@@ -193,7 +193,7 @@ class TenantSupervisor:
                 *cmd,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, **dict(tenant.spec.env), "PYTHONUNBUFFERED": "1"},
                 start_new_session=True,
             )
         replica.process = process

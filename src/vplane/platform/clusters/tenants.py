@@ -260,7 +260,7 @@ class ConnectedTenants:
             service_port=self.settings.tenant_service_port,
             directory="",
             args=tuple(remote_args(spec, self.settings, port, self.platform_url, tenant.network)),
-            env=(("PYTHONUNBUFFERED", "1"),),
+            env=(*spec.env, ("PYTHONUNBUFFERED", "1")),
             readiness_period_seconds=self.settings.tenant_readiness_period_seconds,
             termination_grace_seconds=max(1, round(self.settings.tenant_stop_timeout_seconds)),
         )
