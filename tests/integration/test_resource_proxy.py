@@ -586,9 +586,8 @@ class TestProxy:
         client.apply(widget("relayed"))
         got = target_object(env, "relayed")
         assert labels_of(got) == {**OWNED, "vcluster.com/owner-vcluster": "client2"}
-        assert client.run("get", "myresources", "relayed", "-n", "default", "-o", "name").stdout == (
-            "myresource.example.com/relayed"
-        )
+        listed = client.run("get", "myresources", "relayed", "-n", "default", "-o", "name").stdout
+        assert listed.strip() == "myresource.example.com/relayed"
         assert env.log_lines("client2", "mesh netmap received"), "the environment reached the control plane"
         assert not env.log_lines("client2", "mesh direct dial")
         client.run("delete", "myresources", "relayed", "-n", "default")
