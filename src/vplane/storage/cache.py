@@ -166,23 +166,22 @@ class Cache:
 
     def _apply(self, events: Sequence[Event]) -> None:
         items = self._items
-        repaired: list[Event] | None = None
-        for index, event in enumerate(events):
+        repaired: dict[int, Event] | None = None
+        for event in events:
             if event.type == "DELETE":
                 last = items.pop(event.kv.key, None)
                 if event.prev is None and last is not None:
                     # etcd leaves out the value before a deletion when that revision is compacted away (a
                     # watch catching up): the cache still has it, and watchers expect the last object.
                     kv = KeyValue(event.kv.key, last.value, event.kv.mod_revision, last.create_revision)
-                    event = Event("DELETE", kv, last)
-                    if repaired is None:
-                        repaired = list(events)
-                    repaired[index] = event
+                    repaired = repaired or {}
+                    repaired[id(event)] = event = Event("DELETE", kv, last)
             else:
                 items[event.kv.key] = event.kv
             self._ring.append(event)
         if repaired is not None:
-            events = repaired
+            fixed = repaired
+            events = [fixed.get(id(e), e) for e in events]
         if events:
             self._revision = events[-1].revision
         for listener in list(self._listeners):
