@@ -226,3 +226,13 @@ def test_control_plane_environment_is_upstreams_key_with_literal_values() -> Non
         "controlPlane:\n  statefulSet:\n    env:\n    - {name: '1 x', value: a}\n"
     )
     assert cause["field"].endswith("[controlPlane.statefulSet.env.0.name]")
+    # Only the switches the control plane reads: it is the platform's own process on the platform's machine.
+    for other in ("LD_PRELOAD", "PYTHONPATH", "PYTHONWARNINGS", "BROWSER", "PATH", "VPLANE_MOUNT_DATA", "X"):
+        (cause,) = tenantconfig.validate(
+            f"controlPlane:\n  statefulSet:\n    env:\n    - {{name: {other}}}\n"
+        )
+        assert f"{other} is not an environment variable the control plane reads" in cause["message"]
+        assert "allowed: TS_DEBUG_DIAL_DIRECT, LOFT_LOG_TSNET_AGENT" in cause["message"]
+    # Values admitted before this rule existed give a placement no environment at all.
+    legacy = "controlPlane:\n  statefulSet:\n    env:\n    - {name: LD_PRELOAD, value: /tmp/x.so}\n"
+    assert TenantSpec("p-default", "p-default", "c", 1, "k", legacy).env == ()

@@ -25,6 +25,13 @@ class HighAvailability(_Strict):
     replicas: int = Field(default=1, ge=1, le=7, description="Control-plane replicas sharing one store.")
 
 
+CONTROL_PLANE_ENV = ("TS_DEBUG_DIAL_DIRECT", "LOFT_LOG_TSNET_AGENT")
+"""The names ``controlPlane.statefulSet.env`` may set: the switches the control plane reads (direct dialing,
+verbose mesh logs). The control plane is vplane's own process on the platform's machine, not an image the
+user chose, so other names do nothing but harm there (``LD_PRELOAD``, ``PYTHON*``, ``BROWSER`` with
+``PYTHONWARNINGS``, the runtime's own ``VPLANE_*`` all choose what a platform-started process runs)."""
+
+
 class EnvVar(_Strict):
     """One entry of ``controlPlane.statefulSet.env``: a literal value (``valueFrom`` has no source here)."""
 
@@ -37,6 +44,15 @@ class EnvVar(_Strict):
         if isinstance(data, dict) and "valueFrom" in data:
             raise ValueError("valueFrom is not supported for the control plane's environment; give value")
         return data
+
+    @model_validator(mode="after")
+    def _allowed(self) -> EnvVar:
+        if self.name not in CONTROL_PLANE_ENV:
+            raise ValueError(
+                f"{self.name} is not an environment variable the control plane reads; allowed: "
+                + ", ".join(CONTROL_PLANE_ENV)
+            )
+        return self
 
 
 class StatefulSet(_Strict):
