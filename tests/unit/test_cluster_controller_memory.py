@@ -236,3 +236,42 @@ async def test_a_status_write_refused_otherwise_is_retried_and_a_deleted_cluster
 
     assert not await refuse(500)  # requeued soon (before: dropped silently, as if written)
     assert await refuse(404)
+
+
+class CountingLocal:
+    """The platform's mesh node, answering every health check it is asked (and counting them)."""
+
+    def __init__(self) -> None:
+        self.checked: list[str] = []
+
+    def http(self) -> Any:
+        return self
+
+    async def wait_peer(self, node_id: str, timeout: float) -> bool:  # noqa: ASYNC109 (its signature)
+        self.checked.append(node_id)
+        return False  # not reachable: what a session of another replica is
+
+
+async def test_only_sessions_this_replica_holds_are_health_checked(tmp_path: Path) -> None:
+    """The relay does not cross replicas: a session another replica holds would only wait out the check's
+    timeout on every pass."""
+    from dataclasses import replace
+
+    from vplane.mesh.coordinator import NodeInfo
+
+    def session(node_id: str, holder: str) -> NodeInfo:
+        return NodeInfo(node_id, node_id, "loft:cluster:c1", "agent", {}, (), True, 0.0, 0.0, holder)
+
+    controller, _ = make(tmp_path)
+    local = CountingLocal()
+    mine, theirs = session("n-mine", "a"), session("n-theirs", "b")
+    controller.deps = replace(
+        controller.deps,
+        local=cast(Any, local),
+        nodes=lambda: [mine, theirs],
+        holds=lambda node: node.coordinator_id == "a",
+    )
+    assert await controller._reachable("n-theirs") is False
+    assert local.checked == []
+    assert await controller._reachable("n-mine") is False
+    assert local.checked == ["n-mine"]

@@ -94,6 +94,9 @@ class ClusterDeps:
     reconciles: Callable[[Sequence[NodeInfo]], bool] = lambda sessions: True
     """Whether this platform replica reconciles the Cluster with these agent sessions (issue 11 item 4:
     the one holding its tunnel; ``vplane.platform.replicas``)."""
+    holds: Callable[[NodeInfo], bool] = lambda node: True
+    """Whether this replica holds the session: only those answer its health checks (the relay does not
+    cross replicas), so checking another replica's would only wait out the timeout."""
 
 
 class ClusterClient:
@@ -190,7 +193,7 @@ class ClusterController:
             created = timeutil.parse_time(str(meta.get("creationTimestamp") or ""))
             online_nodes = [n for n in sessions if n.online]
             try:
-                responding = await self._health_check(online_nodes)
+                responding = await self._health_check([n for n in online_nodes if self.deps.holds(n)])
             except Exception as exc:
                 log.exception("health-checking agent sessions failed", cluster=name)
                 return st.peer_check_failed(st.describe(exc)), None
@@ -246,7 +249,9 @@ class ClusterController:
         return st.pods_outcome(pods.items, namespace), None
 
     async def _reachable(self, node_id: str) -> bool:
-        node = next((n for n in self.deps.nodes() if n.id == node_id and n.online), None)
+        node = next(
+            (n for n in self.deps.nodes() if n.id == node_id and n.online and self.deps.holds(n)), None
+        )
         return node is not None and await self._health_check([node]) == 1
 
     async def _health_check(self, nodes: list[NodeInfo]) -> int:

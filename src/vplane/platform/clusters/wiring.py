@@ -109,6 +109,7 @@ class ConnectedClusters:
                 gateway=self.gateway,
                 nodes=self.nodes,
                 reconciles=self.reconciles,
+                holds=lambda node: node.coordinator_id == self.coordinator.instance_id,
                 platform_url=api.url,
                 ca_pem=api.ca.cert_pem,
                 agent_key=self.agent_key,
