@@ -56,9 +56,58 @@ def test_yaml_bodies_are_labelled_and_sent_as_json(content_type: str) -> None:
     assert kind == ("application/apply-patch+yaml" if "apply" in content_type else "application/json")
 
 
+OWNED = {"metadata": {"name": "x", "labels": {"app": "a", **LABELS}}, "spec": {"n": 1}}
+
+
+@pytest.mark.parametrize(
+    ("ops", "labels"),
+    [
+        # The labels removed, or replaced by a map without the owner's: the owner's come back.
+        ([{"op": "remove", "path": "/metadata/labels"}], LABELS),
+        ([{"op": "replace", "path": "/metadata/labels", "value": {"b": "2"}}], {"b": "2", **LABELS}),
+        ([{"op": "replace", "path": "/metadata", "value": {"name": "x"}}], LABELS),
+        (
+            [
+                {"op": "remove", "path": "/metadata"},
+                {"op": "add", "path": "/metadata", "value": {"name": "x"}},
+            ],
+            LABELS,
+        ),
+        (
+            [{"op": "remove", "path": f"/metadata/labels/{OWNER_VCLUSTER.replace('/', '~1')}"}],
+            {"app": "a", **LABELS},
+        ),
+    ],
+)
+def test_json_patches_that_rewrite_the_labels_keep_the_owners(
+    ops: list[object], labels: dict[str, str]
+) -> None:
+    out, _ = ownership.inject(orjson.dumps(ops), "application/json-patch+json", OWNER)
+    patched = jsonpatch.apply_patch(OWNED, orjson.loads(out))
+    assert patched["metadata"]["labels"] == labels
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/merge-patch+json", "application/strategic-merge-patch+json"]
+)
+@pytest.mark.parametrize("patch", [{"metadata": {"labels": None}}, {"metadata": None}])
+def test_a_merge_patch_that_clears_the_labels_keeps_only_the_owners(content_type: str, patch: object) -> None:
+    out, _ = ownership.inject(orjson.dumps(patch), content_type, OWNER, current=OWNED["metadata"]["labels"])
+    assert orjson.loads(out)["metadata"]["labels"] == {"app": None, **LABELS}
+
+
+def test_apply_bodies_in_json_keep_their_numbers() -> None:
+    """kubectl sends apply bodies as JSON, where Go writes 1e-07; YAML 1.1 would read that as a string."""
+    body = b'{"metadata":{"name":"x"},"spec":{"a":1e-07,"b":1e+21}}'
+    out, _ = ownership.inject(body, "application/apply-patch+yaml", OWNER)
+    assert orjson.loads(out)["spec"] == {"a": 1e-07, "b": 1e21}
+
+
 @pytest.mark.parametrize(
     ("body", "content_type"),
     [
+        (b"metadata: {name: x}\non: 1\n", "application/apply-patch+yaml"),  # YAML 1.1's on: is a bool key
+        (b"metadata: {name: x}\nn: 123456789012345678901234567890\n", "application/yaml"),  # past 64 bits
         (b"{not json", "application/json"),
         (b"[1, 2]", "application/json"),
         (b'{"metadata": "x"}', "application/json"),

@@ -16,19 +16,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import aiohttp
 import orjson
 import structlog
+import yaml
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 from prometheus_client import Counter, Histogram
 
-from vplane.kube import errors, requestinfo
+from vplane.kube import errors, requestinfo, yamlsafe
 from vplane.kube.proxyconfig import ProxyTarget
 from vplane.proxy import discovery, ownership
 from vplane.proxy.metrics import ProxyMetrics
@@ -239,7 +240,7 @@ class ResourceProxy:
                 outcome.reason = ""
             outcome.set("deadline")
             self.metrics.terminations.labels(self.label, "deadline").inc()
-            url = self._base + request.rel_url.path_qs
+            url = self._base + request.rel_url.raw_path_qs
             self.log.warning(
                 "proxy request failed",
                 verb=verb,
@@ -279,7 +280,7 @@ class ResourceProxy:
 
     async def _discovery(self, request: web.BaseRequest, outcome: Outcome) -> web.StreamResponse:
         status, body, headers = await self._discovery_answer(
-            request.method, request.rel_url.path_qs, self._headers(request), outcome
+            request.method, request.rel_url.raw_path_qs, self._headers(request), outcome
         )
         return web.Response(status=status, body=body, headers=headers)
 
@@ -373,15 +374,16 @@ class ResourceProxy:
                     errors.request_entity_too_large(f"Request entity too large: limit is {limit}")
                 )
         headers = self._headers(request)
-        path_qs = request.rel_url.path_qs
+        path_qs = request.rel_url.raw_path_qs
         try:
             if info.is_resource:
-                answered = await self._prepare(request, info, outcome, headers)
+                labels: list[Mapping[str, str]] = []  # the object's labels, when its ownership GET read them
+                answered = await self._prepare(request, info, outcome, headers, labels)
                 if isinstance(answered, web.StreamResponse):
                     return answered
                 path_qs = answered
                 if body is not None and self.owner is not None and request.method in ("POST", "PUT", "PATCH"):
-                    body = self._inject(body, headers)
+                    body = self._inject(body, headers, labels[0] if labels else None)
                 if self.owner is not None and info.verb == "get" and info.name and not info.subresource:
                     return await self._owned_get(request, info, outcome, headers, path_qs)
             upstream = await self._send(request.method, path_qs, headers, body, outcome)
@@ -395,20 +397,22 @@ class ResourceProxy:
         info: requestinfo.RequestInfo,
         outcome: Outcome,
         headers: CIMultiDict[str],
+        labels: list[Mapping[str, str]],
     ) -> web.StreamResponse | str:
-        """Namespace mirroring and ownership checks; the path to send, or the answer already decided."""
+        """Namespace mirroring and ownership checks; the path to send, or the answer already decided (the
+        object's labels go to ``labels`` when its ownership GET read them)."""
         if request.method in ("POST", "PUT", "PATCH") and info.namespace:
             if not await self._namespace_exists(info.namespace):
                 outcome.set("namespace_missing")
                 return status_response(errors.not_found("namespaces", info.namespace))
             await self._ensure_target_namespace(info.namespace, outcome)
         if self.owner is None:
-            return request.rel_url.path_qs
+            return request.rel_url.raw_path_qs
         if info.verb in ("list", "watch", "deletecollection"):
             query = list(request.rel_url.query.items())
             selector = ownership.merge_selector(request.rel_url.query.get("labelSelector"), self.owner)
             query = [(k, v) for k, v in query if k != "labelSelector"] + [("labelSelector", selector)]
-            return request.rel_url.path + "?" + urlencode(query, quote_via=quote)
+            return request.rel_url.raw_path + "?" + urlencode(query, quote_via=quote)
         if info.name and info.subresource and request.method in ("GET", "HEAD"):
             # A subresource (status, scale) shows the object too: owned, or 404 as the object's own GET.
             denied = await self._check_owned(info, outcome, headers)
@@ -421,10 +425,10 @@ class ResourceProxy:
                 ownership.APPLY_PATCH_YAML,
                 ownership.APPLY_PATCH_JSON,
             )
-            denied = await self._check_owned(info, outcome, headers, missing_ok=creates)
+            denied = await self._check_owned(info, outcome, headers, missing_ok=creates, labels=labels)
             if denied is not None:
                 return denied
-        return request.rel_url.path_qs
+        return request.rel_url.raw_path_qs
 
     async def _check_owned(
         self,
@@ -433,6 +437,7 @@ class ResourceProxy:
         headers: CIMultiDict[str],
         *,
         missing_ok: bool = False,
+        labels: list[Mapping[str, str]] | None = None,
     ) -> web.StreamResponse | None:
         """The ownership GET before a named mutation (spec §4): 5xx is 503, anything but an owned 200 is 404
         (a 404 passes when ``missing_ok``: an apply that creates the object)."""
@@ -464,6 +469,8 @@ class ResourceProxy:
         if not self.owner.owns(obj):
             outcome.set("ownership_masked")
             return status_response(self._not_found(info))
+        if labels is not None:
+            labels.append(obj["metadata"]["labels"])  # owns() checked they are there
         return None
 
     async def _owned_get(
@@ -484,8 +491,10 @@ class ResourceProxy:
             data = await upstream.read()
             content_type = upstream.headers.get("Content-Type", JSON_TYPE)
         try:
-            doc = orjson.loads(data)
-        except orjson.JSONDecodeError:
+            # The caller may have asked for YAML (kubectl does not; other clients do).
+            yaml_answer = ownership.media_type(content_type) == ownership.YAML
+            doc = yamlsafe.load(data) if yaml_answer else orjson.loads(data)
+        except (orjson.JSONDecodeError, yaml.YAMLError):
             outcome.set("ownership_check_failed")
             return status_response(self._not_found(info))
         owned = self._owned_document(doc)
@@ -510,10 +519,10 @@ class ResourceProxy:
             return all(self.owner.owns(o) for o in objects)
         return self.owner.owns(doc)
 
-    def _inject(self, body: bytes, headers: CIMultiDict[str]) -> bytes:
+    def _inject(self, body: bytes, headers: CIMultiDict[str], current: Mapping[str, str] | None) -> bytes:
         assert self.owner is not None
         try:
-            labelled, content_type = ownership.inject(body, headers.get("Content-Type"), self.owner)
+            labelled, content_type = ownership.inject(body, headers.get("Content-Type"), self.owner, current)
         except ownership.NotInjectable as exc:
             self.log.warning("inject source labels failed", error=str(exc))
             return body
@@ -551,7 +560,7 @@ class ResourceProxy:
     ) -> web.StreamResponse:
         headers = self._headers(request)
         try:
-            answered = await self._prepare(request, info, outcome, headers)
+            answered = await self._prepare(request, info, outcome, headers, [])
             if isinstance(answered, web.StreamResponse):
                 return self._finish(outcome, "watch", answered)
             upstream = await self._send("GET", answered, headers, None, outcome)

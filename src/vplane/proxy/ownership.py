@@ -72,8 +72,12 @@ def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-def inject(body: bytes, content_type: str | None, owner: Owner) -> tuple[bytes, str]:
-    """The body with both ownership labels, and the content type to send it with.
+def inject(
+    body: bytes, content_type: str | None, owner: Owner, current: Mapping[str, str] | None = None
+) -> tuple[bytes, str]:
+    """The body with both ownership labels, and the content type to send it with. ``current``: the object's
+    labels now (a mutation's ownership GET read them), so a merge patch that clears the labels (``null``)
+    clears every other one and keeps the owner's.
 
     Raises :class:`NotInjectable` when the body cannot be labelled (the caller forwards it unchanged)."""
     kind = media_type(content_type)
@@ -81,31 +85,90 @@ def inject(body: bytes, content_type: str | None, owner: Owner) -> tuple[bytes, 
         ops = _load_json(body)
         if not isinstance(ops, list):
             raise NotInjectable("a JSON patch must be a list of operations")
-        for key, value in owner.labels.items():
-            ops.append({"op": "add", "path": "/metadata/labels/" + _pointer_escape(key), "value": value})
-        return orjson.dumps(ops), JSON_PATCH
+        return _dumps(_label_json_patch(ops, owner)), JSON_PATCH
     if kind in (JSON, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH_JSON, ""):
         doc = _load_json(body)
         out_type = kind or JSON
     elif kind in (YAML, APPLY_PATCH_YAML):
-        doc = _load_yaml(body)
+        # kubectl sends apply bodies as JSON: read JSON as JSON (YAML 1.1 would read 1e-07 as a string).
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            doc = _load_yaml(body)
         out_type = JSON if kind == YAML else APPLY_PATCH_YAML
     else:
         raise NotInjectable(f"cannot label a {kind} body")
     if not isinstance(doc, dict):
         raise NotInjectable("the body is not an object")
+    patch = kind in (MERGE_PATCH, STRATEGIC_PATCH)
     metadata = doc.get("metadata")
     if metadata is None:
+        if patch and "metadata" in doc:  # metadata: null clears the labels too
+            doc["metadata"] = {"labels": _cleared(current, owner)}
+            return _dumps(doc), out_type
         metadata = doc["metadata"] = {}
     if not isinstance(metadata, dict):
         raise NotInjectable("metadata is not an object")
     labels = metadata.get("labels")
     if labels is None:
+        if patch and "labels" in metadata:  # labels: null: every label but the owner's goes
+            metadata["labels"] = _cleared(current, owner)
+            return _dumps(doc), out_type
         labels = metadata["labels"] = {}
     if not isinstance(labels, dict):
         raise NotInjectable("metadata.labels is not an object")
     labels.update(owner.labels)
-    return orjson.dumps(doc), out_type
+    return _dumps(doc), out_type
+
+
+def _cleared(current: Mapping[str, str] | None, owner: Owner) -> dict[str, str | None]:
+    """A merge patch's labels that remove every current label but the owner's, and keep those."""
+    cleared: dict[str, str | None] = {k: None for k in current or {} if k not in owner.labels}
+    cleared.update(owner.labels)
+    return cleared
+
+
+def _label_json_patch(ops: list[Any], owner: Owner) -> list[Any]:
+    """The operations with the owner labels kept: written into any value that replaces the labels or the
+    metadata, and added at the end where the labels (or the metadata) were removed, or key by key."""
+    state = "present"
+    for op in ops:
+        if not isinstance(op, dict):
+            continue
+        path, verb, value = op.get("path"), op.get("op"), op.get("value")
+        if path == "/metadata/labels":
+            if verb in ("add", "replace") and isinstance(value, dict):
+                value.update(owner.labels)
+                state = "present"
+            elif verb == "remove":
+                state = "labels_gone"
+        elif path == "/metadata":
+            if verb in ("add", "replace") and isinstance(value, dict):
+                labels = value.get("labels")
+                if not isinstance(labels, dict):
+                    labels = value["labels"] = {}
+                labels.update(owner.labels)
+                state = "present"
+            elif verb == "remove":
+                state = "metadata_gone"
+    if state == "metadata_gone":
+        return [*ops, {"op": "add", "path": "/metadata", "value": {"labels": dict(owner.labels)}}]
+    if state == "labels_gone":
+        return [*ops, {"op": "add", "path": "/metadata/labels", "value": dict(owner.labels)}]
+    # The object is owned (its ownership GET said so), so its labels exist for these to land in.
+    adds = [
+        {"op": "add", "path": "/metadata/labels/" + _pointer_escape(k), "value": v}
+        for k, v in owner.labels.items()
+    ]
+    return [*ops, *adds]
+
+
+def _dumps(doc: Any) -> bytes:
+    try:
+        return orjson.dumps(doc)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        # YAML can hold what JSON cannot (non-string keys such as YAML 1.1's on:, integers past 64 bits).
+        raise NotInjectable(f"not expressible as JSON: {exc}") from exc
 
 
 def merge_selector(caller: str | None, owner: Owner) -> str:
