@@ -393,6 +393,31 @@ def test_relay_refuses_past_the_stream_limit_and_relays_refusals() -> None:
         relay2.open("a", 2, 50, "b", {})
 
 
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b"x", "reset by peer"),  # not JSON: the other node's session would end on it
+        (b"[1]", "reset by peer"),
+        (orjson.dumps({"reason": "r" * 5000}), "r" * frames.MAX_REASON_CHARS),
+        (orjson.dumps({"reason": "gone"}), "gone"),
+    ],
+)
+def test_the_relay_passes_on_a_reset_the_other_node_can_read(payload: bytes, reason: str) -> None:
+    relay: Relay[str] = Relay()
+    [(_, raw)] = relay.open("a", 1, 50, "b", {})
+    bsid = decode_message(raw)[0].stream_id
+    relay.receive("b", frames.control(FrameType.OPEN_OK, {"window": 10}, bsid))
+    [(target, out)] = relay.receive("b", Frame(FrameType.RESET, bsid, payload))
+    assert target == "a" and decode_message(out) == [frames.control(FrameType.RESET, {"reason": reason}, 1)]
+    # And a node reads an unreadable reset as a reset, not as a broken session.
+    mux = Mux()
+    incoming_open(mux, 2)
+    mux.accept_stream(2)
+    assert mux.receive(encode(Frame(FrameType.RESET, 2, b"x"))) == [
+        StreamReset(2, "reset by peer", remote=True)
+    ]
+
+
 # -- backoff, path memory, settings ---------------------------------------------------------------------
 
 

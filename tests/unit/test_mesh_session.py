@@ -500,6 +500,35 @@ async def test_dead_direct_endpoint_falls_back_to_the_relay(
         await server.wait_closed()
 
 
+async def test_data_after_a_close_still_waiting_for_credit_ends_the_stream(mesh: Harness) -> None:
+    """b closes with output still waiting for a's credit; a, which reads nothing, keeps sending. That data
+    resets the stream (TCP's RST after close), and b's close completes instead of waiting for ever."""
+    settings = SETTINGS.model_copy(update={"initial_window_bytes": 16 * 1024})
+    closed = asyncio.Event()
+    may_send = asyncio.Event()
+
+    async def handler(stream: Stream) -> None:
+        await stream.readexactly(1)
+        stream.writer.write(b"o" * 100_000)  # far past a's window: most of it waits for credit
+        stream.writer.close()
+        may_send.set()
+        with contextlib.suppress(ConnectionError):
+            await stream.writer.wait_closed()
+        closed.set()
+
+    b = await mesh.node("key-b", "b", serve=stream_protocol_factory(handler), settings=settings)
+    a = await mesh.node("key-a", "a", settings=settings)
+    await sees(a, b)
+    stream = await a.open_relayed(b.node_id or "")
+    stream.writer.write(b"x")
+    async with asyncio.timeout(WAIT):
+        await may_send.wait()
+    stream.writer.write(b"more")  # arrives at b after its close
+    async with asyncio.timeout(WAIT):
+        await closed.wait()
+    stream.abort()
+
+
 async def test_slow_reader_does_not_stall_another_stream(mesh: Harness) -> None:
     settings = SETTINGS.model_copy(
         update={"initial_window_bytes": 32 * 1024, "write_buffer_high_bytes": 16 * 1024}

@@ -31,7 +31,16 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.tracing import Trace
 
 from vplane.mesh.backoff import DirectPathMemory
-from vplane.mesh.session import DialError, NodeSession, PathKind, Peer, RelayTransport, Stream, split_endpoint
+from vplane.mesh.session import (
+    DialError,
+    NodeSession,
+    PathKind,
+    Peer,
+    RelayTransport,
+    SessionDown,
+    Stream,
+    split_endpoint,
+)
 from vplane.mesh.settings import MeshSettings, direct_dialing_enabled, verbose
 from vplane.support.tls import client_context
 
@@ -110,8 +119,9 @@ class Dialer:
                     return relay_transport, protocol, "relay"
             connected = direct.result()
             if connected is None:
-                # The caller dials the relay now: one that failed during the race (a session reconnecting)
-                # may work by now, and its error then says what holds now.
+                if relay is not None and not isinstance(relay.exception(), SessionDown):
+                    relay.result()  # both paths failed: the relay's error is the dial's
+                # No relay tried yet, or the session was down then: the caller dials the relay now.
                 return None
             winner = direct
             self.paths_used["direct"] += 1

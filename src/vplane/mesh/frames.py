@@ -336,6 +336,19 @@ def _text(body: Mapping[str, Any], key: str, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
 
+MAX_REASON_CHARS = 1024
+"""A stream's reset or refusal reason as the relay passes it on: a peer's longer text is cut."""
+
+
+def _reason(payload: bytes, default: str) -> str:
+    """A RESET's reason: a peer's unreadable payload is no reason, not a broken session."""
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return default
+    return _text(body, "reason", default)[:MAX_REASON_CHARS] if isinstance(body, dict) else default
+
+
 class Mux:
     """The node's end of a session: session frames in and out, relayed streams with flow control.
 
@@ -565,7 +578,7 @@ class Mux:
             return [StreamEnded(sid)]
         if ftype is FrameType.RESET:
             del self._streams[sid]
-            reason = _text(frame.json(), "reason", "reset by peer")
+            reason = _reason(frame.payload, "reset by peer")
             return [StreamReset(sid, reason, remote=True, after_close=stream.remote_closed)]
         # OPEN_OK and OPEN_FAIL answer streams we opened (odd ids, not yet accepted).
         if sid % 2 == 0 or stream.accepted:
@@ -740,15 +753,18 @@ class Relay(Generic[K]):
                 self._remove(link)
             return [(other, encode_parts(FrameType.CLOSE, other_sid, b""))]
         if ftype is FrameType.RESET:
+            # Re-encoded, not passed on: a peer's payload the other node cannot read (not JSON, or past its
+            # control-frame limit) would end that node's whole session.
             self._remove(link)
-            return [(other, encode_parts(FrameType.RESET, other_sid, frame.payload))]
+            reason = _reason(frame.payload, "reset by peer")
+            return [(other, encode(control(FrameType.RESET, {"reason": reason}, other_sid)))]
         if ftype in (FrameType.OPEN_OK, FrameType.OPEN_FAIL):
             if from_opener or link.accepted:
                 return self._violation(link, f"unexpected {ftype.name}")
             body = frame.json()
             if ftype is FrameType.OPEN_FAIL:
                 self._remove(link)
-                reason = _text(body, "reason", "stream refused")
+                reason = _text(body, "reason", "stream refused")[:MAX_REASON_CHARS]
                 return self.refuse(link.opener, link.opener_sid, reason)
             window = _window_of(body, "OPEN_OK")
             link.accepted = True

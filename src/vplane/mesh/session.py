@@ -74,6 +74,10 @@ class DialError(MeshError, ConnectionError):
     """No path to the peer (an ``OSError``, so aiohttp reports it as a connection error)."""
 
 
+class SessionDown(DialError):
+    """No relayed stream can be opened: this node's session to the coordinator is not up (now)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Peer:
     """A node this node may see and dial, as the coordinator published it."""
@@ -452,8 +456,12 @@ class _Connection:
                 log.info("mesh frame received", frame=type(event).__name__, node=self.node_id)
             if isinstance(event, frames.DataReceived):
                 transport = self.transports.get(event.stream_id)
-                if transport is None or transport._closing:
+                if transport is None:
                     self.reset(event.stream_id, "stream closed")
+                elif transport._closing:
+                    # Data after our full close (a peer still uploading): reset, and the transport is lost
+                    # too, so whoever waits for it to close is not left waiting.
+                    transport._abort("stream closed")
                 else:
                     transport._feed(event.data)
             elif isinstance(event, frames.WindowOpened):
@@ -737,14 +745,18 @@ class NodeSession:
         """Open a relayed stream to ``peer_id`` and attach a protocol to it (like ``create_connection``)."""
         conn = self._conn
         if conn is None or conn.closed or self.state != "connected":
-            raise DialError("the mesh session to the coordinator is down")
+            raise SessionDown("the mesh session to the coordinator is down")
         stream_id, pending = conn.open(peer_id, protocol_factory)
         try:
             async with asyncio.timeout(self.settings.relay_open_timeout_seconds):
                 transport, protocol = await asyncio.shield(pending.future)
         except TimeoutError:
             conn.pending.pop(stream_id, None)
-            conn.reset(stream_id, "dial timed out")
+            future = pending.future
+            if future.done() and not future.cancelled() and future.exception() is None:
+                future.result()[0].abort()  # accepted in the very turn the wait ran out: not left open
+            else:
+                conn.reset(stream_id, "dial timed out")
             raise DialError(f"relay to peer {peer_id} timed out") from None
         except asyncio.CancelledError:
             conn.pending.pop(stream_id, None)
