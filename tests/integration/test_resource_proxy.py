@@ -64,6 +64,7 @@ NO_SYNC_LOG = "peer cache did not sync in time for the startup probe"
 TARGET_LABEL = {"target": "default/target"}
 GV_LABEL = {"target": "default/target", "group_version": GV}
 OWNED = {"vcluster.com/owner-vcluster": "client", "vcluster.com/owner-project": "default"}
+OWNER_VCLUSTER_KEY = "vcluster.com/owner-vcluster"
 
 CRD = """apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -724,6 +725,13 @@ class TestProxy:
         allc = env.kubectl("allc")
         names = allc.run("get", "myresources", "-n", "default", "-o", "name").stdout.split()
         assert {"myresource.example.com/everyones", "myresource.example.com/clients-own"} <= set(names)
+        # A set-based selector (its query carries + for spaces) reaches the target as the caller sent it.
+        selector = f"{OWNER_VCLUSTER_KEY} in (client,x)"
+        selected = allc.run(
+            "get", "myresources", "-n", "default", "-l", selector, "-o", "name"
+        ).stdout.split()
+        assert "myresource.example.com/clients-own" in selected
+        assert "myresource.example.com/everyones" not in selected
         allc.run("get", "myresource", "everyones", "-n", "default")
         allc.run(
             "patch",
