@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -28,6 +29,7 @@ from vplane.mesh.frames import (
     WindowOpened,
     decode_message,
     encode,
+    encode_parts,
 )
 from vplane.mesh.settings import MeshSettings, direct_dialing_enabled, env_bool, insecure_skip_verify, verbose
 
@@ -450,3 +452,36 @@ def test_environment_switches() -> None:
     assert verbose(s, "LOFT_LOG_TSNET_AGENT", {"LOFT_LOG_TSNET_AGENT": "1"}) is True
     assert verbose(s, "LOFT_LOG_TSNET_AGENT", {"LOFT_LOG_TSNET_CONTROL_PLANE": "1"}) is False
     assert s.dial_timeout_seconds == 5.0 and s.initial_window_bytes == 256 * 1024
+
+
+class FakeWebSocket:
+    """What a coordinator session needs of its WebSocket here: a close to observe."""
+
+    def __init__(self) -> None:
+        self.closed_with: tuple[int, bytes] | None = None
+
+    async def close(self, *, code: int, message: bytes) -> None:
+        self.closed_with = (code, message)
+
+
+async def test_a_session_that_does_not_read_is_closed_past_its_queue_limit() -> None:
+    """Credit does not bound what the coordinator holds for a node (a node grants its peers any window, and
+    OPEN_FAIL answers take none): past ``max_session_queue_bytes`` the session is closed, not grown."""
+    from aiohttp import WSCloseCode
+
+    from vplane.mesh.coordinator import NodeIdentity, _Limits, _Record, _Session
+
+    ws = FakeWebSocket()
+    record = _Record("n1", "a", NodeIdentity("loft:vcluster:p:a", "vcluster", {}), "c1")
+    session = _Session(cast(Any, ws), record, 0.0, 4096, _Limits(65536, 1 << 20, 100), max_queued=10_000)
+    frame = encode_parts(FrameType.DATA, 1, b"x" * 1000)
+    for _ in range(9):
+        session.send(frame)
+    assert session.overflowed is None and session.queued == 9 * len(frame)
+    session.send(frame)  # past 10,000 bytes
+    assert session.overflowed is not None
+    await session.overflowed
+    assert ws.closed_with == (WSCloseCode.POLICY_VIOLATION, b"outbound queue over limit")
+    assert not session.ordered and session.queued == 0
+    session.send(frame)  # nothing more is held for it
+    assert not session.ordered

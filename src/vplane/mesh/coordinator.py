@@ -248,13 +248,18 @@ class _Record:
         return self._wire
 
 
+async def _close_quietly(ws: web.WebSocketResponse, message: str) -> None:
+    with contextlib.suppress(Exception):
+        await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=message.encode())
+
+
 class _Session:
     """One node's WebSocket and its single writer.
 
     Outgoing frames wait in two queues: ``priority`` (credit, heartbeat answers) may overtake ``ordered``
     (stream frames, whose order matters: OPEN_OK before DATA before CLOSE). Only the newest netmap is kept
     and at most one heartbeat answer is pending, so a node that reads slowly cannot make these pile up;
-    relayed data is bounded by the streams' windows. Every message fits the node's announced limits:
+    relayed data and stream control frames are bounded by ``max_session_queue_bytes``. Every message fits the node's announced limits:
     relayed DATA is split to its frame size and a message never exceeds what its WebSocket accepts.
     """
 
@@ -275,13 +280,27 @@ class _Session:
         "limits",
         "max_message",
         "omitted_sent",
+        "queued",
+        "max_queued",
+        "overflowed",
     )
 
     def __init__(
-        self, ws: web.WebSocketResponse, record: _Record, now: float, batch_bytes: int, limits: _Limits
+        self,
+        ws: web.WebSocketResponse,
+        record: _Record,
+        now: float,
+        batch_bytes: int,
+        limits: _Limits,
+        max_queued: int = 256 * 1024 * 1024,
     ) -> None:
         self.ws = ws
         self.record = record
+        self.queued = 0
+        """Bytes in ``priority`` and ``ordered``."""
+        self.max_queued = max_queued
+        self.overflowed: asyncio.Task[None] | None = None
+        """The close of a session that stopped reading (its queue went past ``max_queued``)."""
         self.priority: deque[bytes] = deque()
         self.ordered: deque[bytes] = deque()
         self.netmap: deque[bytes] = deque()
@@ -302,7 +321,22 @@ class _Session:
         self.omitted_sent = 0
 
     def send(self, raw: bytes) -> None:
-        if self.closed:
+        if self.closed or self.overflowed is not None:
+            return
+        self.queued += len(raw)
+        if self.queued > self.max_queued:
+            # It does not read what it asked for: close it rather than hold its frames without bound (its
+            # streams are reset on the other side when the reader sees the close and unregisters it).
+            log.warning(
+                "mesh session closed: it does not read its frames",
+                node=self.record.id,
+                queued=self.queued,
+                limit=self.max_queued,
+            )
+            self.priority.clear()
+            self.ordered.clear()
+            self.queued = 0
+            self.overflowed = asyncio.ensure_future(_close_quietly(self.ws, "outbound queue over limit"))
             return
         if raw[0] == FrameType.DATA and len(raw) - frames.HEADER_SIZE > self.limits.max_frame_bytes:
             # Relayed from a node with larger frames than this one accepts: same bytes, smaller frames
@@ -351,6 +385,7 @@ class _Session:
                     part = priority.popleft()
                     parts.append(part)
                     size += len(part)
+                queued = size
                 if self.pong and size + len(_PONG) <= limit:
                     self.pong = False
                     parts.append(_PONG)
@@ -363,6 +398,8 @@ class _Session:
                     part = ordered.popleft()
                     parts.append(part)
                     size += len(part)
+                    queued += len(part)
+                self.queued = max(0, self.queued - queued)
                 await ws.send_bytes(b"".join(parts))
 
 
@@ -661,7 +698,9 @@ class Coordinator:
         record.last_seen = wall
         record.connected_at = wall
         record.resume = secrets.token_urlsafe(32)
-        session = _Session(ws, record, now, 4 * self.settings.max_frame_bytes, limits)
+        session = _Session(
+            ws, record, now, 4 * self.settings.max_frame_bytes, limits, self.settings.max_session_queue_bytes
+        )
         record.session = session
         record.changed()
         self._sessions.add(session)

@@ -83,8 +83,11 @@ class MeshSettings(BaseModel):
     """Changes within this window produce one netmap recomputation. 0 coalesces the changes of one event
     loop turn; raise it for large fleets, where a recomputation costs O(nodes x peers)."""
     max_streams_per_session: int = Field(default=1000, gt=0)
-    """Relayed streams one session may have open; bounds what the relay can be made to queue (at most
-    this many initial windows per session)."""
+    """Relayed streams one session may have open."""
+    max_session_queue_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    """Frames the coordinator may hold for one session that does not read them; past this the session is
+    closed (the node reconnects). Credit does not bound it: a node grants its peers the windows it likes
+    and control frames (OPEN_FAIL answers) take no credit. The default holds 1,000 streams' default windows."""
 
     # -- streams and framing (both sides) -----------------------------------------------------------
     initial_window_bytes: int = Field(default=256 * 1024, gt=0, le=2**31 - 1)
