@@ -305,6 +305,26 @@ async def test_authentication_outage_is_retried() -> None:
         assert node.registrations == 1 and calls == 2
 
 
+async def test_a_hung_authentication_is_cut_and_retried() -> None:
+    calls = 0
+
+    async def hangs_once(key: str) -> NodeIdentity:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.sleep(60)  # the platform's API took the request and never answered
+        return await authenticate(key)
+
+    platform = Platform(
+        auth=hangs_once, settings=SETTINGS.model_copy(update={"authenticate_timeout_seconds": 0.2})
+    )
+    await platform.start()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(platform.stop)
+        node = await Harness(platform, stack).node("key-a", "a")
+        assert node.registrations == 1 and calls == 2
+
+
 async def test_probe(mesh: Harness) -> None:
     node = NodeSession(mesh.platform.url, "key-a", hostname="a", settings=SETTINGS, environ={})
     mesh.stack.push_async_callback(node.close)

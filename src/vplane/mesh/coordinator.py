@@ -595,7 +595,8 @@ class Coordinator:
             await self._reject(ws, "unauthorized", NO_AUTH_KEY, remote=remote, hostname=hostname)
             return None
         try:
-            identity = await self._authenticate(key)
+            async with asyncio.timeout(s.authenticate_timeout_seconds):
+                identity = await self._authenticate(key)
         except AuthenticationError as exc:
             await self._reject(ws, "unauthorized", str(exc), remote=remote, hostname=hostname)
             return None

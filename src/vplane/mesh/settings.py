@@ -72,6 +72,9 @@ class MeshSettings(BaseModel):
     # -- coordinator side ---------------------------------------------------------------------------
     hello_timeout_seconds: float = Field(default=10.0, gt=0)
     """An upgraded session that has not sent HELLO within this long is closed."""
+    authenticate_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Checking a node's access key (with the platform's API) that takes longer is refused as unavailable;
+    the node retries with backoff rather than its connection waiting on a hung check."""
     offline_timeout_seconds: float = Field(default=120.0, gt=0)
     """The coordinator closes a session it has heard nothing from for this long and marks the node
     offline (spec §10.4: about 2 min). A session that drops is marked offline at once. Checked every
