@@ -287,37 +287,36 @@ async def test_revoked_key_disconnects_for_good(mesh: Harness) -> None:
     assert str(a.failure) == "invalid access key: disabled"
 
 
-async def test_authentication_outage_is_retried() -> None:
+async def _raise_outage() -> None:
+    raise RuntimeError("platform API unavailable")
+
+
+async def _hang() -> None:
+    await asyncio.sleep(60)  # the platform's API took the request and never answered
+
+
+@pytest.mark.parametrize(
+    ("first_check", "update"),
+    [
+        pytest.param(_raise_outage, {}, id="outage"),
+        pytest.param(_hang, {"authenticate_timeout_seconds": 0.2}, id="hung-check-cut"),
+    ],
+)
+async def test_a_failed_authentication_is_retried(
+    first_check: Callable[[], Awaitable[None]], update: dict[str, float]
+) -> None:
+    """The key check fails once (the platform's API is down, or hangs until authenticate_timeout_seconds):
+    not the node's fault, so it is refused as unavailable and the node registers on its retry."""
     calls = 0
 
-    async def flaky(key: str) -> NodeIdentity:
+    async def fails_once(key: str) -> NodeIdentity:
         nonlocal calls
         calls += 1
         if calls == 1:
-            raise RuntimeError("platform API unavailable")
+            await first_check()
         return await authenticate(key)
 
-    platform = Platform(auth=flaky)
-    await platform.start()
-    async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(platform.stop)
-        node = await Harness(platform, stack).node("key-a", "a")
-        assert node.registrations == 1 and calls == 2
-
-
-async def test_a_hung_authentication_is_cut_and_retried() -> None:
-    calls = 0
-
-    async def hangs_once(key: str) -> NodeIdentity:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            await asyncio.sleep(60)  # the platform's API took the request and never answered
-        return await authenticate(key)
-
-    platform = Platform(
-        auth=hangs_once, settings=SETTINGS.model_copy(update={"authenticate_timeout_seconds": 0.2})
-    )
+    platform = Platform(auth=fails_once, settings=SETTINGS.model_copy(update=update))
     await platform.start()
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(platform.stop)

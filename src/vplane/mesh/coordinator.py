@@ -259,8 +259,9 @@ class _Session:
     Outgoing frames wait in two queues: ``priority`` (credit, heartbeat answers) may overtake ``ordered``
     (stream frames, whose order matters: OPEN_OK before DATA before CLOSE). Only the newest netmap is kept
     and at most one heartbeat answer is pending, so a node that reads slowly cannot make these pile up;
-    relayed data and stream control frames are bounded by ``max_session_queue_bytes``. Every message fits the node's announced limits:
-    relayed DATA is split to its frame size and a message never exceeds what its WebSocket accepts.
+    relayed data and stream control frames are bounded by ``max_queued``. Every message fits the node's
+    announced limits: relayed DATA is split to its frame size and a message never exceeds what its
+    WebSocket accepts.
     """
 
     __slots__ = (
@@ -292,7 +293,7 @@ class _Session:
         now: float,
         batch_bytes: int,
         limits: _Limits,
-        max_queued: int = 256 * 1024 * 1024,
+        max_queued: int,
     ) -> None:
         self.ws = ws
         self.record = record

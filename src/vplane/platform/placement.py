@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -52,10 +53,11 @@ class TenantSpec:
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
 
-    @property
+    @functools.cached_property
     def env(self) -> tuple[tuple[str, str], ...]:
         """``controlPlane.statefulSet.env`` of the values, for every placement's replicas (admission has
-        validated the values; values it would refuse give none)."""
+        validated the values; values it would refuse give none). Parsed once per spec: placements read
+        it on every pass."""
         try:
             return tuple(tenant_config.parse(self.values).env)
         except tenant_config.ConfigInvalid:

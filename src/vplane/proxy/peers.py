@@ -264,10 +264,10 @@ class PeerCache:
         health.failures += 1
         if not trial and health.failures < self.settings.quarantine_threshold:
             return []
-        selectable_before = self._any_selectable(now)
+        all_out_before = self._all_out(now)
         health.quarantined_until = now + self.settings.quarantine_seconds
         events = [Event(EventKind.QUARANTINED, host, consecutive_failures=health.failures)]
-        if selectable_before and not self._any_selectable(now):
+        if self._all_out(now) and not all_out_before:
             events.append(Event(EventKind.ALL_QUARANTINED))
         return events
 
