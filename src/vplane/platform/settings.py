@@ -87,6 +87,9 @@ class PlatformSettings(BaseModel):
     """The helm binary (default: ``$VPLANE_HELM``, ``helm`` on PATH, then ``.tools/bin/helm``)."""
     helm_timeout_seconds: float = Field(default=120.0, gt=0)
     """One helm command (list, get values, upgrade --install) may take this long."""
+    helm_exit_margin_seconds: float = Field(default=60.0, ge=0)
+    """How long after its own ``--timeout`` a helm process is killed: helm, not the kill, ends an upgrade
+    that ran out of time, so the release reads ``failed`` (rolled back at once), not ``pending-upgrade``."""
     agent_release_recheck_seconds: float = Field(default=300.0, ge=0)
     """Helm is asked about an agent release whose desired values did not change at most this often (a
     drift by hand is found within it)."""

@@ -80,12 +80,13 @@ class Helm:
     home: Path
     """Where helm's cache, config and data live (private to the caller)."""
     timeout_seconds: float = 120.0
-    """helm's own ``--timeout`` for the commands that take one; the process itself gets ``exit_margin_seconds``
-    more, so helm, not a kill, ends an operation that ran out of time: killed mid-upgrade, it would leave the
-    release ``pending-upgrade`` instead of ``failed`` (which can be rolled back at once)."""
+    """helm's own ``--timeout`` for the commands that take one."""
     context: str | None = None
     """A context of the kubeconfig other than its current one."""
     exit_margin_seconds: float = 60.0
+    """The process is killed this long after ``timeout_seconds``, so helm, not a kill, ends an operation
+    that ran out of time: killed mid-upgrade, it would leave the release ``pending-upgrade`` instead of
+    ``failed`` (which can be rolled back at once). The platform's ``helm_exit_margin_seconds``."""
 
     async def run(self, *args: str) -> str:
         if self.context:

@@ -255,6 +255,7 @@ class AgentReleases:
             kubeconfig,
             self.deps.data_dir / "helm",
             self.settings.helm_timeout_seconds,
+            exit_margin_seconds=self.settings.helm_exit_margin_seconds,
         )
 
     def _pinned_kubeconfig(self, name: str, node: str) -> Path:
