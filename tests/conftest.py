@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import ssl
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -50,7 +52,32 @@ def _isolate_home() -> None:
     os.environ.pop("KUBECONFIG", None)
 
 
+def _close_half_made_tls_sockets() -> None:
+    """Python 3.11.7's ``ssl.SSLSocket._create`` leaks the socket it made when the peer resets the
+    connection before the handshake: it re-raises from its connected check without closing (CPython
+    gh-113280, fixed in later releases). Tests that open connections a server refuses (connection limits,
+    restarts) then saw a ResourceWarning fail whichever test the garbage collector ran in. The half-made
+    socket is the ``self`` of the failing ``_create`` frame; close it before the error goes on."""
+    create = ssl.SSLSocket.__dict__["_create"].__func__
+
+    def closing_create(cls: type[ssl.SSLSocket], *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        try:
+            made: ssl.SSLSocket = create(cls, *args, **kwargs)
+        except BaseException as exc:
+            tb = exc.__traceback__
+            while tb is not None:
+                half_made = tb.tb_frame.f_locals.get("self")
+                if tb.tb_frame.f_code is create.__code__ and isinstance(half_made, ssl.SSLSocket):
+                    half_made.close()
+                tb = tb.tb_next
+            raise
+        return made
+
+    ssl.SSLSocket._create = classmethod(closing_create)  # type: ignore[attr-defined]
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _close_half_made_tls_sockets()
     # looptime asks the policy for an event loop before every test; on Python 3.11 that creates (and never
     # closes) a loop for sync tests, whose ResourceWarning then fails a later test. No default loop.
     asyncio.set_event_loop(None)
