@@ -164,17 +164,6 @@ def test_real_errors_of_the_bridge() -> None:
     assert br.bridge_problem(None, []) == ""
 
 
-def test_waiting_is_silent_until_the_timeout_then_a_real_error_fails() -> None:
-    assert br.waiting_outcome(10, 300, "ImagePullBackOff: x", "ns") is st.SILENT
-    assert br.waiting_outcome(400, 300, "", "ns") is st.SILENT  # slow, not broken: keep waiting
-    outcome = br.waiting_outcome(400, 300, "ImagePullBackOff: pod b-1: Back-off pulling image", "ns")
-    assert (outcome.phase, outcome.reason) == ("Failed", "DeployProxyOnlyAgent")
-    assert outcome.message.startswith(
-        "the bridge deployment proxy-only-agent in namespace ns has not come online in 400s (timeout 300s): "
-    )
-    assert "Back-off pulling image" in outcome.message
-
-
 def test_a_stuck_pending_release_is_rolled_back_or_forgotten() -> None:
     history = [
         br.Revision(1, "superseded", "vplane-agent-0.1.0"),

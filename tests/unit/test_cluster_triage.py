@@ -189,8 +189,15 @@ def test_a_crashed_agents_last_words_are_read_from_its_status() -> None:
     )
 
 
-def test_flapping_counts_the_failures() -> None:
-    lines = [f"Agent cannot reach platform failures={n}" for n in (1, 2, 3)]
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Agent cannot reach platform failures={n}",
+        '{{"event": "Agent cannot reach platform", "failures": {n}, "level": "warning"}}',  # VPLANE_LOG_FORMAT=json
+    ],
+)
+def test_flapping_counts_the_failures(line: str) -> None:
+    lines = [line.format(n=n) for n in (1, 2, 3)]
     verdicts = tr.triage(cluster("Initialized"), diagnostics([pod(log=lines)]))
     (flap,) = [v for v in verdicts if v.section == tr.LOSS]
     assert flap.row == "The cluster repeatedly flips online and offline"

@@ -7,10 +7,12 @@ it only holds a tunnel session. The upgrade runs through that session, the bridg
 succeeds. Because the bridge runs the new agent's image and configuration, a bridge that cannot come
 online is a preview of an agent that would not: the primary is left alone until the bridge works.
 
-Waiting for the bridge's session is silent (status unchanged) for ``agent_bridge_timeout_seconds``; after
-that, a cause that waiting will not cure (its pod in ImagePullBackOff or CrashLoopBackOff, its
-ReplicaSet unable to create pods, the Deployment past its progress deadline) is written as
-DeployProxyOnlyAgent, naming that cause; a bridge that is merely slow keeps waiting silently.
+Waiting for the bridge's session never writes the status (the runbook: the bridge "simply waiting to come
+online ... doesn't set a reason", and a bridge that never becomes ready is read from its pods' events):
+status stays what it said, so the phase does not turn Failed and the cluster's tenants stay managed while
+the old agent still works. After ``agent_bridge_timeout_seconds`` the platform's log line of each wait
+names a cause that waiting will not cure (its pod in ImagePullBackOff or CrashLoopBackOff, its ReplicaSet
+unable to create pods, the Deployment past its progress deadline), as ``vplane doctor cluster`` does.
 """
 
 from __future__ import annotations
@@ -205,17 +207,6 @@ def bridge_problem(deployment: Obj | None, pods: Sequence[Obj]) -> str:
     if reason in _REAL_POD_ERRORS:
         return f"{reason}: {message.replace('agent pod', 'pod', 1)}"
     return ""
-
-
-def waiting_outcome(waited: float, timeout: float, problem: str, namespace: str) -> st.Outcome:
-    """While the bridge's session is not online: silent until ``timeout``, then DeployProxyOnlyAgent only
-    for a real error (the runbook: plain waiting sets no reason)."""
-    if waited < timeout or not problem:
-        return st.SILENT
-    return st.deploy_proxy_only_agent_failed(
-        f"the bridge deployment {BRIDGE_NAME} in namespace {namespace} has not come online in "
-        f"{int(waited)}s (timeout {timeout:g}s): {problem}"
-    )
 
 
 # -- a release stuck in a pending state ---------------------------------------------------------------

@@ -227,9 +227,7 @@ class ClusterController:
                 namespace, fresh = await self.releases.ensure(name, cluster, mode, namespace, entry, sessions)
             except BridgeError as exc:
                 return st.deploy_proxy_only_agent_failed(str(exc)), None
-            except BridgeWaiting as exc:
-                return exc.outcome, None
-            except ReleasePending:
+            except (BridgeWaiting, ReleasePending):
                 return st.SILENT, None
             except (HelmError, av.AgentValuesInvalid, errors.StatusError, TransportError, OSError) as exc:
                 if isinstance(exc, HelmError) and rc.helm_says_missing(str(exc)):

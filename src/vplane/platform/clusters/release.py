@@ -44,12 +44,7 @@ class BridgeError(Exception):
 
 
 class BridgeWaiting(Exception):
-    """The upgrade waits for the bridge's tunnel session: the pass ends with ``outcome`` (silent, or
-    DeployProxyOnlyAgent once the wait has lasted and a real error shows)."""
-
-    def __init__(self, outcome: st.Outcome) -> None:
-        super().__init__(outcome.message or "waiting for the bridge")
-        self.outcome = outcome
+    """The upgrade waits for the bridge's tunnel session: the pass ends silently (status unchanged)."""
 
 
 class ReleasePending(Exception):

@@ -36,7 +36,8 @@ HEALTHY = "Check the connection status"
 
 COORDINATOR_UNREACHABLE = "Failed to reach the coordinator server"
 CANNOT_REACH = "Agent cannot reach platform"
-_FAILURES = re.compile(r"failures=(\d+)")
+_FAILURES = re.compile(r"""failures(?:=|"\s*:\s*)(\d+)""")
+"""The count on an agent's line, in its console format (``failures=3``) or JSON (``"failures": 3``)."""
 
 
 @dataclass(frozen=True)

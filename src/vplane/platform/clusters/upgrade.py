@@ -5,8 +5,8 @@ For a tunnel cluster whose agent chart is not the platform's version, one pass a
 1. render the chart the platform installs (``helm template``) and build the bridge from its agent
    Deployment; create it, or refresh it when what it should be changed. Errors: DeployProxyOnlyAgent.
 2. wait for the bridge's tunnel session (label ``agent-mode=proxy-only``) to answer the platform's health
-   check; until then the pass ends silently (:class:`~.controller.BridgeWaiting`), and after
-   ``agent_bridge_timeout_seconds`` a real error of the bridge is DeployProxyOnlyAgent.
+   check; until then the pass ends silently (:class:`~.release.BridgeWaiting`), and after
+   ``agent_bridge_timeout_seconds`` the wait's log line (a warning then) names a real error of the bridge.
 3. ``helm upgrade`` through the bridge's session only (the gateway pinned to it). On failure, roll back
    through the bridge when helm left the release failed; the bridge stays for the next attempt.
 4. delete the bridge.
@@ -59,17 +59,14 @@ class UpgradeBridge:
             problem = (
                 await self._problem(change) if waited >= self.settings.agent_bridge_timeout_seconds else ""
             )
-            outcome = br.waiting_outcome(
-                waited, self.settings.agent_bridge_timeout_seconds, problem, change.namespace
-            )
-            log.info(
+            (log.warning if problem else log.info)(
                 "waiting for the bridge's tunnel session",
                 cluster=change.cluster,
                 namespace=change.namespace,
                 waited_seconds=round(waited, 1),
                 **({"problem": problem} if problem else {}),
             )
-            raise BridgeWaiting(outcome)
+            raise BridgeWaiting()
         self._forget_waits(change.cluster)
         deployed = av.chart_version_of(change.current.chart) if change.current else ""
         log.info(
