@@ -505,7 +505,10 @@ MAIN_CLIENTS = {
     "client": proxy_values(),
     # Direct dialing off (the runbook's TS_DEBUG_DIAL_DIRECT=false for vCluster pods), verbose mesh logs on:
     # everything client2 proxies, the two-client isolation test's watches included, goes over the relay.
-    "client2": proxy_values(env={"TS_DEBUG_DIAL_DIRECT": "false", "LOFT_LOG_TSNET_AGENT": "true"}),
+    # DEBUG=true: its control plane's verbose log (the runbook's `Connected to target`).
+    "client2": proxy_values(
+        env={"TS_DEBUG_DIAL_DIRECT": "false", "LOFT_LOG_TSNET_AGENT": "true", "DEBUG": "true"}
+    ),
     "allc": proxy_values(access="all"),
     "decom": proxy_values(f"myresources.{GV}", "widgets.zz.example/v1"),
     "keyed": proxy_values(),
@@ -582,7 +585,8 @@ class TestProxy:
         """client2's control plane has TS_DEBUG_DIAL_DIRECT=false in its vcluster.yaml's
         controlPlane.statefulSet.env: its proxy reaches the target through the platform's relay (the
         direct path's fallback), and its verbose mesh log (LOFT_LOG_TSNET_AGENT, set the same way) shows
-        netmaps but never a direct dial."""
+        netmaps but never a direct dial; DEBUG=true gives its verbose log the runbook's `Connected to target`
+        (client, at the platform's level, has none)."""
         client = env.kubectl("client2")
         client.apply(widget("relayed"))
         got = target_object(env, "relayed")
@@ -591,6 +595,9 @@ class TestProxy:
         assert listed.strip() == "myresource.example.com/relayed"
         assert env.log_lines("client2", "mesh netmap received"), "the environment reached the control plane"
         assert not env.log_lines("client2", "mesh direct dial")
+        assert env.log_lines("client2", "Connected to target") and not env.log_lines(
+            "client", "Connected to target"
+        )
         client.run("delete", "myresources", "relayed", "-n", "default")
 
     def test_protected_objects_read_as_upstream(self, env: Env) -> None:
@@ -999,7 +1006,8 @@ class TestProxy:
 
     def test_target_5xx_becomes_503_upstream(self, env: Env) -> None:
         """A target webhook whose backend is down (failurePolicy Fail) makes the target answer 500; the caller
-        gets the generic 503 with Retry-After, reason `upstream`."""
+        gets the generic 503 with Retry-After, reason `upstream`, and the client's log says the target
+        answered 500 (the runbook: check the client proxy logs before attributing an `upstream` 503)."""
         direct = env.target.fails("create", "-f", "-", input=widget("hooked", labels={"hook": "broken"}))
         assert "failed calling webhook" in direct.stderr
         answer = env.via("client").call(
@@ -1014,6 +1022,8 @@ class TestProxy:
             == 1
         )
         assert count(text, "vcluster_proxy_peer_quarantines_total", **TARGET_LABEL) == 0, "not a peer problem"
+        line = env.wait_log("client", "the target answered 500")
+        assert "proxy request failed" in line and "verb=create" in line and ".vcluster.invalid" in line
 
     def test_a_request_hitting_the_cap_answers_503_deadline(self, env: Env) -> None:
         """request_timeout_seconds is 3 here; a target webhook that takes 8 s: the caller gets 503 while the
@@ -1349,6 +1359,14 @@ subjects:
             "patch", "vci", "off", "-n", "p-default", "--type", "merge", "-p", json.dumps(enable)
         )
         assert 'cannot use virtualclusterinstances.management.loft.sh "target"' in refused.stderr
+        # Nor may she change how an existing client reaches the target (owned to all mode), while edits
+        # that leave its proxy entries alone pass.
+        widen = {"spec": {"template": {"helmRelease": {"values": proxy_values(access="all")}}}}
+        refused = alice.fails(
+            "patch", "vci", "noreg", "-n", "p-default", "--type", "merge", "-p", json.dumps(widen)
+        )
+        assert 'cannot use virtualclusterinstances.management.loft.sh "target"' in refused.stderr
+        alice.run("annotate", "vci", "noreg", "-n", "p-default", "example.com/reviewed-by=alice")
         env.p.k.apply(PLATFORM_BINDING.format(name="alice", user="alice"))
         eventually(lambda: alice.run(*check, check=False).stdout.strip() == "yes", timeout=10)
         alice.run("apply", "--dry-run=server", "-f", "-", input=vci_manifest("fromalice", proxy_values()))
@@ -1356,7 +1374,8 @@ subjects:
     def test_a_client_without_use_is_refused_registration_and_has_no_peers(self, env: Env) -> None:
         """`noreg` was created by an admin, but its own identity may not use the target: its registration is
         refused (its log says why and how to check), so it never gets a peer list: `no_peer`, cache not
-        synced, the start-up sync warning, and discovery from the fallback document."""
+        synced, the start-up sync warning, and discovery from the fallback document. Once the operator grants
+        `use` (the runbook's fix), the tenant, still retrying, registers and proxies without a restart."""
         check = (
             "auth",
             "can-i",
@@ -1393,6 +1412,14 @@ subjects:
         )
         assert count(text, "vcluster_proxy_peer_dial_failures_total", reason="no_peer", **TARGET_LABEL) >= 1
         assert count(text, "vcluster_proxy_discovery_fallbacks_total", reason="no_peer", **GV_LABEL) >= 1
+        assert "retrying=True" in refusal
+
+        pid = env.pid("noreg")
+        env.grant("noreg")
+        env.allow_use("noreg")
+        eventually(lambda: env.via("noreg").call("GET", objects_path("default")).status == 200, timeout=60)
+        assert env.pid("noreg") == pid  # the same process: no restart
+        assert series(env.metrics("noreg"), "vcluster_proxy_peer_cache_synced", **GV_LABEL) == 1.0
 
     def test_401_auth_failed_after_the_clients_key_is_disabled(self, env: Env) -> None:
         """The target rejects the client's platform access key once it is disabled on the platform: 401

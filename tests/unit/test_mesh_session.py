@@ -26,6 +26,8 @@ from vplane.mesh import (
     NodeIdentity,
     NodeSession,
     RegistrationError,
+    RegistrationForbidden,
+    RegistrationRefused,
     Stream,
     invalid_access_key,
     same_label,
@@ -322,6 +324,35 @@ async def test_a_failed_authentication_is_retried(
         stack.push_async_callback(platform.stop)
         node = await Harness(platform, stack).node("key-a", "a")
         assert node.registrations == 1 and calls == 2
+
+
+async def test_a_registration_refused_for_now_is_retried_until_allowed() -> None:
+    """A good key the platform does not let in for now (a resource proxy target the tenant may not use):
+    ERROR forbidden, which ``wait_ready`` reports, but the node keeps retrying, so granting the permission
+    lets it in without a restart."""
+    allowed = False
+
+    async def forbidden_until_allowed(key: str) -> NodeIdentity:
+        if not allowed:
+            raise RegistrationForbidden(
+                "resource proxy target is not allowed; check with: kubectl auth can-i"
+            )
+        return await authenticate(key)
+
+    platform = Platform(auth=forbidden_until_allowed)
+    await platform.start()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(platform.stop)
+        node = await Harness(platform, stack).node("key-a", "a", ready=False)
+        async with asyncio.timeout(WAIT):
+            with pytest.raises(RegistrationRefused, match="is not allowed; check with"):
+                await node.wait_ready()
+        assert node.state != "failed" and node.failure is None and node.registrations == 0
+        allowed = True
+        await until(lambda: node.registrations == 1, node)
+        async with asyncio.timeout(WAIT):
+            await node.wait_ready()
+        assert node.registrations == 1 and node.refused is None and node.state == "connected"
 
 
 async def test_probe(mesh: Harness) -> None:

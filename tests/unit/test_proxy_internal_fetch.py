@@ -76,6 +76,21 @@ async def test_without_a_peer_list_the_check_falls_back_once_the_budget_is_spent
     assert 'reason="no_peer"' in fallbacks(metrics)
 
 
+async def test_a_discovery_answer_past_its_budget_falls_back_as_upstream_error() -> None:
+    """A target that takes the discovery request and never answers: the fallback after the discovery budget,
+    counted with the fallback's reason on both series, not as the request deadline (no termination)."""
+    target = FakeTarget(b"HTTP/1.1 200 OK\r\n")  # and then nothing
+    proxy, metrics = make(target, budget=0.2)
+    proxy.publish([PEER])
+    status, body = await asyncio.wait_for(proxy.fetch("/apis/example.com/v1"), 5)
+    assert status == 200 and b"myresources" in body  # the synthetic document
+    assert 'reason="upstream_error"' in fallbacks(metrics)
+    text = metrics.render().decode()
+    requests = [line for line in text.splitlines() if line.startswith("vcluster_proxy_request_total{")]
+    assert len(requests) == 1 and 'reason="upstream_error"' in requests[0] and 'code="200"' in requests[0]
+    assert "vcluster_proxy_request_terminations_total{" not in text
+
+
 async def test_the_startup_probe_of_a_target_that_never_answers_fails_at_the_cap() -> None:
     """The startup probe is capped as requests are: a target that takes the connection and never answers
     fails it (the runbook's "initial probe of proxy target failed" follows) instead of holding it."""

@@ -232,7 +232,7 @@ def test_control_plane_environment_is_upstreams_key_with_literal_values() -> Non
             f"controlPlane:\n  statefulSet:\n    env:\n    - {{name: {other}}}\n"
         )
         assert f"{other} is not an environment variable the control plane reads" in cause["message"]
-        assert "allowed: TS_DEBUG_DIAL_DIRECT, LOFT_LOG_TSNET_AGENT" in cause["message"]
+        assert "allowed: TS_DEBUG_DIAL_DIRECT, LOFT_LOG_TSNET_AGENT, DEBUG" in cause["message"]
     # Values admitted before this rule existed give a placement no environment at all.
     legacy = "controlPlane:\n  statefulSet:\n    env:\n    - {name: LD_PRELOAD, value: /tmp/x.so}\n"
     assert TenantSpec("p-default", "p-default", "c", 1, "k", legacy).env == ()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -325,6 +326,9 @@ def tenant_start(
 ) -> None:
     """Run one replica of a tenant control plane."""
     import yaml
+
+    if os.environ.get(vlogging.DEBUG_ENV, "").lower() == "true":
+        vlogging.configure("debug")  # this tenant's own verbose switch (its vcluster.yaml env)
 
     from vplane.cli.tenantnode import tenant_node
     from vplane.tenant.server import TenantServer

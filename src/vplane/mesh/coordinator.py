@@ -36,7 +36,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from vplane.kube import validation
 from vplane.mesh import frames, netmap
 from vplane.mesh.frames import Frame, FrameType, ProtocolError, Relay
-from vplane.mesh.session import PROBE_PATH, SESSION_PATH, split_endpoint
+from vplane.mesh.session import FORBIDDEN, PROBE_PATH, SESSION_PATH, split_endpoint
 from vplane.mesh.settings import CONTROL_PLANE_LOG_ENV, MeshSettings, verbose
 
 log = structlog.get_logger("vplane.mesh.coordinator")
@@ -61,6 +61,12 @@ _PONG = frames.encode(Frame(FrameType.HEARTBEAT))
 class AuthenticationError(Exception):
     """Raised by ``authenticate``: the key is refused and the node should stop trying. The message goes
     to the node verbatim. Any other exception means "cannot tell now" and the node retries."""
+
+
+class RegistrationForbidden(Exception):
+    """Raised by ``authenticate``: the key is good but the node may not join for now (it lacks a permission
+    that can be granted). The message goes to the node verbatim (ERROR ``forbidden``), and the node keeps
+    retrying with backoff rather than stopping as for a refused key."""
 
 
 def invalid_access_key(reason: str) -> AuthenticationError:
@@ -562,7 +568,7 @@ class Coordinator:
         await self._refuse(ws, code, message)
 
     async def _refuse(self, ws: web.WebSocketResponse, code: str, message: str) -> None:
-        """Send ERROR and close; the node gives up on ``unauthorized`` and ``invalid``."""
+        """Send ERROR and close; the node gives up on ``unauthorized`` and ``invalid`` (retries ``forbidden``)."""
         with contextlib.suppress(Exception):
             await ws.send_bytes(
                 frames.encode(frames.control(FrameType.ERROR, {"code": code, "message": message}))
@@ -600,6 +606,9 @@ class Coordinator:
                 identity = await self._authenticate(key)
         except AuthenticationError as exc:
             await self._reject(ws, "unauthorized", str(exc), remote=remote, hostname=hostname)
+            return None
+        except RegistrationForbidden as exc:
+            await self._reject(ws, FORBIDDEN, str(exc), remote=remote, hostname=hostname)
             return None
         except Exception:
             # Not the node's fault (the platform's API is down, say): it retries with backoff.

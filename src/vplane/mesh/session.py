@@ -49,6 +49,8 @@ PROBE_FAILED = "Failed to reach the coordinator server. Make sure that the agent
 
 FINAL_CODES = frozenset({"unauthorized", "invalid"})
 """ERROR codes after which reconnecting cannot help (a refused key, a malformed registration)."""
+FORBIDDEN = "forbidden"
+"""The ERROR code of a known key the platform does not let in for now (a permission it lacks)."""
 
 PathKind = Literal["direct", "relay"]
 ProtocolFactory = Callable[[], asyncio.BaseProtocol]
@@ -63,7 +65,13 @@ class MeshError(Exception):
 
 class RegistrationError(MeshError):
     """The coordinator refused the access key (``no auth key provided``, ``invalid access key: ...``).
-    Final: the session stops instead of retrying a key that will not work."""
+    Final: the session stops instead of retrying a key that will not work (except a refusal for now)."""
+
+
+class RegistrationRefused(RegistrationError):
+    """The coordinator knows the key but does not let the node in for now (``forbidden``: a permission the
+    node lacks, such as a resource proxy's ``use`` of its target). Not final: the session keeps retrying
+    with its reconnect backoff, so the operator granting the permission needs no restart."""
 
 
 class SessionError(MeshError):
@@ -76,6 +84,15 @@ class DialError(MeshError, ConnectionError):
 
 class SessionDown(DialError):
     """No relayed stream can be opened: this node's session to the coordinator is not up (now)."""
+
+
+def _rejection(event: frames.Rejected, what: str) -> MeshError:
+    """The error an ERROR frame from the coordinator ends the session with (final, for now, or transient)."""
+    if event.code in FINAL_CODES:
+        return RegistrationError(event.message)
+    if event.code == FORBIDDEN:
+        return RegistrationRefused(event.message)
+    return SessionError(f"{what}: {event.message}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,9 +516,7 @@ class _Connection:
             elif isinstance(event, frames.NetmapReceived):
                 session._netmap_received(event.body)
             elif isinstance(event, frames.Rejected):
-                if event.code in FINAL_CODES:
-                    raise RegistrationError(event.message)
-                raise SessionError(f"coordinator closed the session: {event.message}")
+                raise _rejection(event, "coordinator closed the session")
             elif isinstance(event, frames.Registered):
                 raise frames.ProtocolError("REGISTERED twice on one session")
             # HeartbeatReceived: hearing anything is what the watchdog needs.
@@ -617,6 +632,8 @@ class NodeSession:
         self.coordinator_id: str | None = None
         self.state: Literal["idle", "connecting", "connected", "disconnected", "failed", "closed"] = "idle"
         self.failure: RegistrationError | None = None
+        self.refused: RegistrationRefused | None = None
+        """The coordinator's refusal for now, while it lasts (the session retries; None once registered)."""
         self.last_error: str | None = None
         """Why the latest attempt to connect or stay connected failed (None once registered again), e.g. the
         coordinator refusing a second session for this node while the first is alive."""
@@ -680,6 +697,8 @@ class NodeSession:
         while True:
             if self.failure is not None:
                 raise self.failure
+            if self.refused is not None:
+                raise self.refused
             if self.state == "connected" and self._netmap.seq > 0:
                 return self._netmap
             if self.state == "closed":
@@ -862,9 +881,13 @@ class NodeSession:
         failures = 0
         while not self._closing:
             self._attempt_registered = False
+            refused = False
             try:
                 await self._session_once()
                 error: str | None = None
+            except RegistrationRefused as exc:
+                self.refused, refused = exc, True
+                error = str(exc)
             except RegistrationError as exc:
                 self.failure = exc
                 self.state = "failed"
@@ -888,9 +911,9 @@ class NodeSession:
             failures += 1
             delay = backoff.next()
             # One warning per outage, then quieter lines: disconnected nodes should not spam.
-            log_fn = log.warning if failures == 1 else log.info
+            log_fn = (log.error if refused else log.warning) if failures == 1 else log.info
             log_fn(
-                "mesh session lost; reconnecting",
+                "mesh registration rejected; retrying" if refused else "mesh session lost; reconnecting",
                 url=self.url,
                 error=error,
                 delay=round(delay, 3),
@@ -946,9 +969,7 @@ class NodeSession:
                 raise frames.ProtocolError("the coordinator's first frame is not REGISTERED")
             first = events[0]
             if isinstance(first, frames.Rejected):
-                if first.code in FINAL_CODES:
-                    raise RegistrationError(first.message)
-                raise SessionError(f"coordinator refused the session: {first.message}")
+                raise _rejection(first, "coordinator refused the session")
             conn = _Connection(self, ws, mux)
             conn.node_id = first.node_id
             self.node_id = first.node_id
@@ -956,6 +977,7 @@ class NodeSession:
             resume = first.body.get("resume")
             self._resume = resume if isinstance(resume, str) else ""
             self.last_error = None
+            self.refused = None
             self._assembler.reset()
             self._conn = conn
             self._attempt_registered = True

@@ -7,12 +7,15 @@ the target project's namespace, checked twice.
    ``loft:vcluster:<client-project-namespace>:<client-name>``: the registration is refused, so a client
    whose identity lost ``use`` gets no peers and its proxied requests answer 503.
 
-Decision recorded (docs/resource-proxy.md): an update is checked only for targets it adds, so a user who
-may edit the client but not use the target can still change other parts of it.
+Decision recorded (docs/resource-proxy.md): an update is checked for the proxy entries it adds or changes
+(a new group/version, another target, ``owned`` turned to ``all``, an entry enabled), so a user who may
+edit the client but not use its target can change other parts of it, and nothing of how it reaches that
+target. A refused registration is retried by the tenant: granting ``use`` lets it in without a restart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -42,6 +45,12 @@ def proxy_targets(vci: Obj | None, prefix: str) -> list[ProxyTarget]:
         return []
     namespace = str((vci.get("metadata") or {}).get("namespace", ""))
     return config.proxy_targets(namespace.removeprefix(prefix))
+
+
+def _entry(target: ProxyTarget) -> ProxyTarget:
+    """A proxy entry as the update check compares it: everything but its port, which moves when another
+    group/version is added before it."""
+    return dataclasses.replace(target, index=0)
 
 
 def check_command(target: ProxyTarget, prefix: str, as_user: str = "") -> str:
@@ -87,8 +96,8 @@ class ProxyTargetAccess:
             return
         targets = proxy_targets(request.obj, self.prefix)
         if request.operation == "UPDATE":
-            before = {(t.target_project, t.target_name) for t in proxy_targets(request.old, self.prefix)}
-            targets = [t for t in targets if (t.target_project, t.target_name) not in before]
+            before = {_entry(t) for t in proxy_targets(request.old, self.prefix)}
+            targets = [t for t in targets if _entry(t) not in before]
         denied = await self.refused(request.ctx.user, targets)
         if denied is None:
             return

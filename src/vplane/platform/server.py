@@ -34,6 +34,7 @@ from vplane.mesh.coordinator import (
     NodeChange,
     NodeIdentity,
     NodeInfo,
+    RegistrationForbidden,
 )
 from vplane.mesh.settings import MeshSettings
 from vplane.platform import kinds, replicas
@@ -405,7 +406,8 @@ class Platform:
             user = UserInfo(identity.user, identity.key_name, (*identity.groups, "system:authenticated"))
             refusal = await self.proxy_access.registration_refusal(user, namespace, instance)
             if refusal is not None:
-                raise AuthenticationError(refusal)
+                # Its key is good; the permission may be granted, and the tenant keeps trying until it is.
+                raise RegistrationForbidden(refusal)
         return NodeIdentity(identity.user, kind, labels)
 
     async def _on_node_change(self, change: NodeChange) -> None:

@@ -240,13 +240,7 @@ class ResourceProxy:
                 outcome.reason = ""
             outcome.set("deadline")
             self.metrics.terminations.labels(self.label, "deadline").inc()
-            url = self._base + request.rel_url.raw_path_qs
-            self.log.warning(
-                "proxy request failed",
-                verb=verb,
-                error=f'{request.method.capitalize()} "{url}": context deadline exceeded',
-                url=url,
-            )
+            self._request_failed(request, info, "context deadline exceeded")
             if outcome.streaming is not None:
                 # Its status line and part of its body are out: a 503 now would land inside that body.
                 # The connection is cut, so the caller cannot take the partial answer for a whole one.
@@ -304,7 +298,9 @@ class ResourceProxy:
             reason = outcome.reason if outcome.reason in (r.value for r in Reason) else "upstream_error"
             return self._fallback(reason)
         except DeadlineExceeded:
-            outcome.set("deadline")
+            # The discovery budget (3 s), not the 60 s request deadline the runbook's `deadline` names: the
+            # request's series carries the fallback's reason, as for a target's 5xx (spec §5).
+            outcome.set("upstream_error")
             return self._fallback("upstream_error")
         if status in (401, 404) or status >= 500:
             outcome.set("upstream_error")  # the request's series carries the fallback's reason
@@ -388,8 +384,10 @@ class ResourceProxy:
                     return await self._owned_get(request, info, outcome, headers, path_qs)
             upstream = await self._send(request.method, path_qs, headers, body, outcome)
         except Unavailable as exc:
+            if outcome.reason == "upstream":  # not a dial's failure (those log their own line)
+                self._request_failed(request, info, exc.detail or "the exchange with the target failed")
             return self._unavailable_response(exc.detail)
-        return await self._answer(request, upstream, outcome)
+        return await self._answer(request, upstream, outcome, info)
 
     async def _prepare(
         self,
@@ -486,7 +484,7 @@ class ResourceProxy:
         headers.popall("Accept-Encoding", None)  # the proxy reads the object to check its labels
         upstream = await self._send("GET", path_qs, headers, None, outcome)
         if upstream.status != 200:
-            return await self._answer(request, upstream, outcome)
+            return await self._answer(request, upstream, outcome, info)
         async with upstream:
             data = await upstream.read()
             content_type = upstream.headers.get("Content-Type", JSON_TYPE)
@@ -565,9 +563,11 @@ class ResourceProxy:
                 return self._finish(outcome, "watch", answered)
             upstream = await self._send("GET", answered, headers, None, outcome)
         except Unavailable as exc:
+            if outcome.reason == "upstream":
+                self._request_failed(request, info, exc.detail or "the exchange with the target failed")
             return self._finish(outcome, "watch", self._unavailable_response(exc.detail))
         if upstream.status != 200:
-            return self._finish(outcome, "watch", await self._answer(request, upstream, outcome))
+            return self._finish(outcome, "watch", await self._answer(request, upstream, outcome, info))
         outcome.set("upstream")
         self._count(outcome, "watch", 200)
         gauge = self.metrics.active_watches.labels(self.label)
@@ -620,13 +620,31 @@ class ResourceProxy:
             if selection.trial and not selection.dialled:
                 self.cache.release_trial(selection.host)
 
+    def _request_failed(self, request: web.BaseRequest, info: requestinfo.RequestInfo, error: str) -> None:
+        """The client's log line for a failed request: the cap (the runbook's ``context deadline exceeded``
+        ... ``.vcluster.invalid`` pattern), and a 503 counted as ``upstream``, which the runbook has the
+        operator read to tell a target's 5xx from a failure on the proxy's side before blaming the target."""
+        url = self._base + request.rel_url.raw_path_qs
+        verb = info.verb if info.is_resource else request.method.lower()
+        self.log.warning(
+            "proxy request failed",
+            verb=verb,
+            error=f'{request.method.capitalize()} "{url}": {error}',
+            url=url,
+        )
+
     async def _answer(
-        self, request: web.BaseRequest, upstream: UpstreamResponse, outcome: Outcome
+        self,
+        request: web.BaseRequest,
+        upstream: UpstreamResponse,
+        outcome: Outcome,
+        info: requestinfo.RequestInfo,
     ) -> web.StreamResponse:
         status = upstream.status
         if status >= 500:
             upstream.release()
             outcome.set("upstream")
+            self._request_failed(request, info, f"the target answered {status}")
             return self._unavailable_response()
         if status == 401:
             upstream.release()

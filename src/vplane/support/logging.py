@@ -18,6 +18,10 @@ LEVEL_ENV = "VPLANE_LOG_LEVEL"
 """Read when ``--log-level`` is not given; set by :func:`configure` so the processes a server starts
 (tenant replicas) log at the level it was started with."""
 
+DEBUG_ENV = "DEBUG"
+"""``DEBUG=true`` in a tenant control plane's environment (``controlPlane.statefulSet.env``, upstream's switch
+for the syncer's debug mode) makes that replica log at debug, whatever level the platform runs at."""
+
 OWN_LOGGER = "vplane"
 
 

@@ -30,7 +30,13 @@ from vplane.kube import errors
 from vplane.kube import tenantconfig as tenant_config
 from vplane.kube.accesskeys import ADMINS_GROUP
 from vplane.mesh.dialer import Dialer
-from vplane.mesh.session import DirectListener, NodeSession, RegistrationError, tls_server_context
+from vplane.mesh.session import (
+    DirectListener,
+    NodeSession,
+    RegistrationError,
+    RegistrationRefused,
+    tls_server_context,
+)
 from vplane.mesh.settings import MeshSettings
 from vplane.proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from vplane.proxy.settings import ProxySettings
@@ -205,7 +211,15 @@ class TenantServer:
         except TimeoutError:
             log.warning("no netmap from the platform yet; serving anyway", tenant=settings.name)
         except RegistrationError as exc:
-            log.error("the platform refused this tenant's registration", tenant=settings.name, error=str(exc))
+            # A refusal for now (a proxy target it may not use) is retried by the session: granting the
+            # permission lets the tenant in without a restart.
+            retrying = isinstance(exc, RegistrationRefused)
+            log.error(
+                "the platform refused this tenant's registration",
+                tenant=settings.name,
+                error=str(exc),
+                retrying=retrying,
+            )
 
     async def _mesh_pair(self) -> tls.CertPair | None:
         """The certificate the direct mesh listener serves: the tenant's (it names loopback) when this replica
