@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 import pytest
+import structlog
 from aiohttp import web
 
 from vplane.mesh import (
@@ -329,11 +330,14 @@ async def test_a_failed_authentication_is_retried(
 async def test_a_registration_refused_for_now_is_retried_until_allowed() -> None:
     """A good key the platform does not let in for now (a resource proxy target the tenant may not use):
     ERROR forbidden, which ``wait_ready`` reports, but the node keeps retrying, so granting the permission
-    lets it in without a restart."""
+    lets it in without a restart. Each side logs the refusal loudly once, then quietly while it lasts."""
     allowed = False
+    refusals = 0
 
     async def forbidden_until_allowed(key: str) -> NodeIdentity:
+        nonlocal refusals
         if not allowed:
+            refusals += 1
             raise RegistrationForbidden(
                 "resource proxy target is not allowed; check with: kubectl auth can-i"
             )
@@ -343,11 +347,17 @@ async def test_a_registration_refused_for_now_is_retried_until_allowed() -> None
     await platform.start()
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(platform.stop)
+        logs = stack.enter_context(structlog.testing.capture_logs())
         node = await Harness(platform, stack).node("key-a", "a", ready=False)
         async with asyncio.timeout(WAIT):
             with pytest.raises(RegistrationRefused, match="is not allowed; check with"):
                 await node.wait_ready()
         assert node.state != "failed" and node.failure is None and node.registrations == 0
+        await poll(lambda: refusals >= 4)
+        for event in ("mesh registration rejected", "mesh registration rejected; retrying"):
+            # the platform's warning and the node's error, once each, then info lines
+            levels = [entry["log_level"] for entry in logs if entry["event"] == event]
+            assert levels.count("info") >= 2 and len(levels) - levels.count("info") == 1, (event, levels)
         allowed = True
         await until(lambda: node.registrations == 1, node)
         async with asyncio.timeout(WAIT):

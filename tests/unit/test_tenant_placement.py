@@ -18,6 +18,7 @@ from vplane.platform.tenantpods import (
     pod_ordinal,
     replicas_from_pods,
 )
+from vplane.platform.tenants import replica_env
 
 SPEC = TenantSpec("default", "p-default", "target", 2, "k" * 64, "")
 NOW = 1_000_000.0
@@ -236,3 +237,13 @@ def test_control_plane_environment_is_upstreams_key_with_literal_values() -> Non
     # Values admitted before this rule existed give a placement no environment at all.
     legacy = "controlPlane:\n  statefulSet:\n    env:\n    - {name: LD_PRELOAD, value: /tmp/x.so}\n"
     assert TenantSpec("p-default", "p-default", "c", 1, "k", legacy).env == ()
+
+
+def test_a_process_replica_takes_the_control_plane_switches_from_its_config_only() -> None:
+    """The platform's own shell may have DEBUG=true (a common variable): a process replica does not inherit
+    it, or any other switch its vcluster.yaml sets; everything else of the platform's environment passes."""
+    platform = {"DEBUG": "true", "TS_DEBUG_DIAL_DIRECT": "false", "VPLANE_LOG_LEVEL": "info", "PATH": "/bin"}
+    env = replica_env(platform, ())
+    assert "DEBUG" not in env and "TS_DEBUG_DIAL_DIRECT" not in env
+    assert env["VPLANE_LOG_LEVEL"] == "info" and env["PATH"] == "/bin" and env["PYTHONUNBUFFERED"] == "1"
+    assert replica_env(platform, [("DEBUG", "true")])["DEBUG"] == "true"

@@ -58,6 +58,9 @@ _PRIORITY = frozenset({FrameType.WINDOW_UPDATE, FrameType.REGISTERED})
 _PONG = frames.encode(Frame(FrameType.HEARTBEAT))
 
 
+_MAX_REFUSALS = 4096
+
+
 class AuthenticationError(Exception):
     """Raised by ``authenticate``: the key is refused and the node should stop trying. The message goes
     to the node verbatim. Any other exception means "cannot tell now" and the node retries."""
@@ -458,6 +461,9 @@ class Coordinator:
         self._sweeper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._refusals: dict[str, str] = {}
+        """The last ``forbidden`` answer per node hostname: a node retries until it is allowed, and only a
+        new or changed refusal is a warning (bounded: forgotten wholesale past ``_MAX_REFUSALS``)."""
 
     # -- mounting -----------------------------------------------------------------------------------
 
@@ -575,6 +581,20 @@ class Coordinator:
             )
         await self._close_ws(ws, WSCloseCode.POLICY_VIOLATION, message)
 
+    async def _refuse_for_now(
+        self, ws: web.WebSocketResponse, message: str, remote: str | None, hostname: str
+    ) -> None:
+        """ERROR ``forbidden``: logged as a warning when it is new or changed for this node, at info while
+        the node keeps retrying into the same refusal (every few seconds until it is allowed)."""
+        if self._refusals.get(hostname) == message:
+            log.info("mesh registration rejected", code=FORBIDDEN, error=message, hostname=hostname)
+            await self._refuse(ws, FORBIDDEN, message)
+            return
+        if len(self._refusals) >= _MAX_REFUSALS:
+            self._refusals.clear()
+        self._refusals[hostname] = message
+        await self._reject(ws, FORBIDDEN, message, remote=remote, hostname=hostname)
+
     async def _handshake(self, ws: web.WebSocketResponse, request: web.Request) -> _Session | None:
         s = self.settings
         remote = request.remote
@@ -608,7 +628,7 @@ class Coordinator:
             await self._reject(ws, "unauthorized", str(exc), remote=remote, hostname=hostname)
             return None
         except RegistrationForbidden as exc:
-            await self._reject(ws, FORBIDDEN, str(exc), remote=remote, hostname=hostname)
+            await self._refuse_for_now(ws, str(exc), remote, hostname)
             return None
         except Exception:
             # Not the node's fault (the platform's API is down, say): it retries with backoff.
@@ -617,6 +637,7 @@ class Coordinator:
                 ws, "unavailable", "cannot verify the access key now; retry later", remote=remote
             )
             return None
+        self._refusals.pop(hostname, None)
         if self._closing or ws.closed:
             return None
         resume = body.get("resume")

@@ -692,8 +692,9 @@ class NodeSession:
         self._task = asyncio.create_task(self._run(), name=f"mesh-session-{self.hostname}")
 
     async def wait_ready(self) -> Netmap:
-        """Wait for registration and the first netmap; ``RegistrationError`` if the key is refused.
-        Bound it with ``asyncio.timeout``: while the platform is unreachable it keeps waiting."""
+        """Wait for registration and the first netmap; ``RegistrationError`` if the key is refused (the
+        session stopped), ``RegistrationRefused`` while the platform refuses it for now (the session keeps
+        retrying). Bound it with ``asyncio.timeout``: while the platform is unreachable it keeps waiting."""
         while True:
             if self.failure is not None:
                 raise self.failure
@@ -881,12 +882,12 @@ class NodeSession:
         failures = 0
         while not self._closing:
             self._attempt_registered = False
-            refused = False
+            refusal: RegistrationRefused | None = None
             try:
                 await self._session_once()
                 error: str | None = None
             except RegistrationRefused as exc:
-                self.refused, refused = exc, True
+                refusal = exc
                 error = str(exc)
             except RegistrationError as exc:
                 self.failure = exc
@@ -901,6 +902,8 @@ class NodeSession:
                 error = f"{type(exc).__name__}: {exc}"
             if self._stopped.is_set():
                 break
+            newly_refused = refusal is not None and self.refused is None
+            self.refused = refusal  # a later failure of another kind says nothing of the refusal
             self.state = "disconnected"
             self.last_error = error
             self._set_session_up(False)
@@ -911,9 +914,13 @@ class NodeSession:
             failures += 1
             delay = backoff.next()
             # One warning per outage, then quieter lines: disconnected nodes should not spam.
-            log_fn = (log.error if refused else log.warning) if failures == 1 else log.info
+            # A refusal is an error when it starts (whatever failed before it), then quiet while it lasts.
+            if refusal is not None:
+                log_fn = log.error if newly_refused else log.info
+            else:
+                log_fn = log.warning if failures == 1 else log.info
             log_fn(
-                "mesh registration rejected; retrying" if refused else "mesh session lost; reconnecting",
+                "mesh registration rejected; retrying" if refusal else "mesh session lost; reconnecting",
                 url=self.url,
                 error=error,
                 delay=round(delay, 3),

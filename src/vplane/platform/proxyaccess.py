@@ -7,15 +7,14 @@ the target project's namespace, checked twice.
    ``loft:vcluster:<client-project-namespace>:<client-name>``: the registration is refused, so a client
    whose identity lost ``use`` gets no peers and its proxied requests answer 503.
 
-Decision recorded (docs/resource-proxy.md): an update is checked for the proxy entries it adds or changes
-(a new group/version, another target, ``owned`` turned to ``all``, an entry enabled), so a user who may
-edit the client but not use its target can change other parts of it, and nothing of how it reaches that
-target. A refused registration is retried by the tenant: granting ``use`` lets it in without a restart.
+Decision recorded (docs/resource-proxy.md): an update is checked for the proxy entries that reach further
+than before (a group/version served from a target it was not: new, enabled or moved; ``owned`` turned to
+``all``), so a user who may edit the client but not use its target can change the rest of it (narrowing
+to ``owned`` included), and nothing that widens what it reaches. A refused registration is retried by the tenant: granting ``use`` lets it in without a restart.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -47,10 +46,18 @@ def proxy_targets(vci: Obj | None, prefix: str) -> list[ProxyTarget]:
     return config.proxy_targets(namespace.removeprefix(prefix))
 
 
-def _entry(target: ProxyTarget) -> ProxyTarget:
-    """A proxy entry as the update check compares it: everything but its port, which moves when another
-    group/version is added before it."""
-    return dataclasses.replace(target, index=0)
+def _reaches(target: ProxyTarget) -> tuple[str, str, str, str]:
+    """What an entry's ``use`` check is about: which group/version is served from which target (its port,
+    resource names and discovery shape are not)."""
+    return (target.group, target.version, target.target_project, target.target_name)
+
+
+def _changed(targets: list[ProxyTarget], before: list[ProxyTarget]) -> list[ProxyTarget]:
+    """The entries an update must be allowed to ``use``: a group/version now served from a target it was
+    not (new, enabled, or moved), or widened from ``owned`` to ``all`` (which reaches other clients'
+    objects). Narrowing, or renaming resources, needs nothing."""
+    access = {_reaches(t): t.access for t in before}
+    return [t for t in targets if access.get(_reaches(t)) not in (t.access, "all")]
 
 
 def check_command(target: ProxyTarget, prefix: str, as_user: str = "") -> str:
@@ -96,8 +103,7 @@ class ProxyTargetAccess:
             return
         targets = proxy_targets(request.obj, self.prefix)
         if request.operation == "UPDATE":
-            before = {_entry(t) for t in proxy_targets(request.old, self.prefix)}
-            targets = [t for t in targets if _entry(t) not in before]
+            targets = _changed(targets, proxy_targets(request.old, self.prefix))
         denied = await self.refused(request.ctx.user, targets)
         if denied is None:
             return

@@ -101,8 +101,8 @@ class PlatformSettings(BaseModel):
     # -- issue 11 item 7 (agent upgrades): the bridge proxy-only-agent and stuck releases ----------------
     agent_bridge_timeout_seconds: float = Field(default=300.0, ge=0)
     """How long the upgrade waits for the bridge ``proxy-only-agent`` to hold a tunnel session before each
-    wait's log line (a warning then) names a real error of the bridge (its pod in ImagePullBackOff or
-    CrashLoopBackOff, pods that cannot be created). The wait never writes the status (the runbook)."""
+    wait's log line (a warning once, then info) names a real error of the bridge (its pod in
+    ImagePullBackOff or CrashLoopBackOff, pods that cannot be created). The wait never writes the status."""
     agent_release_stuck_seconds: float = Field(default=600.0, ge=0)
     """An agent release whose last operation stays pending (pending-install, -upgrade, -rollback) this long,
     as seen by this process, is stuck: it is rolled back to its last good revision (an interrupted install's

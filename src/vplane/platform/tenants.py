@@ -16,10 +16,12 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import structlog
 
+from vplane.kube.tenantconfig import CONTROL_PLANE_ENV
 from vplane.platform.placement import (
     CONFIG_FILE,
     NODE_DIR,
@@ -65,6 +67,14 @@ def recorded_ports(directory: Path, count: int) -> list[int]:
             ports.append(free_port())
         write_private(path, json.dumps(ports))
     return ports
+
+
+def replica_env(environ: Mapping[str, str], spec_env: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """A process replica's environment: the platform's (the log level travels there as VPLANE_LOG_LEVEL,
+    set by its logging configuration), but the control plane's own switches (``DEBUG``,
+    ``TS_DEBUG_DIAL_DIRECT``, ...) only from its vcluster.yaml, never from the shell the platform runs in."""
+    inherited = {k: v for k, v in environ.items() if k not in CONTROL_PLANE_ENV}
+    return {**inherited, **dict(spec_env), "PYTHONUNBUFFERED": "1"}
 
 
 class TenantSupervisor:
@@ -187,13 +197,12 @@ class TenantSupervisor:
         log_path = tenant.directory / f"replica-{replica.index}.log"
         with log_path.open("ab") as out:
             # A session of its own: a Ctrl-C at the terminal reaches the platform alone, which stops its
-            # replicas in order (and kills them on a second Ctrl-C). The log level travels in the
-            # environment (VPLANE_LOG_LEVEL, set by the platform's logging configuration).
+            # replicas in order (and kills them on a second Ctrl-C).
             process = await asyncio.create_subprocess_exec(
                 *cmd,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **dict(tenant.spec.env), "PYTHONUNBUFFERED": "1"},
+                env=replica_env(os.environ, tenant.spec.env),
                 start_new_session=True,
             )
         replica.process = process

@@ -23,7 +23,9 @@ REGISTRATION_REFUSED_LOG = "the platform refused this tenant's registration"
 """At start-up: the platform refused the replica's access key."""
 SESSION_REFUSED_LOG = "mesh registration rejected"
 """A running replica's mesh session ended by the platform (``access key revoked`` once its key is disabled or
-deleted); the session does not come back by itself, the runbook's "restart the client's control plane pod"."""
+deleted); the session does not come back by itself, the runbook's "restart the client's control plane pod".
+The same words begin ``mesh registration rejected; retrying``, a refusal for now (a proxy target the client
+may not use), which names no key and so never reads as the key's row."""
 KEY_REFUSED_LOGS = (REGISTRATION_REFUSED_LOG, SESSION_REFUSED_LOG)
 KEY_ERRORS = ("access key", "auth key")
 """What those lines' ``error`` says when the key is the cause (``access key revoked``, ``invalid access key:

@@ -6,7 +6,8 @@ For a tunnel cluster whose agent chart is not the platform's version, one pass a
    Deployment; create it, or refresh it when what it should be changed. Errors: DeployProxyOnlyAgent.
 2. wait for the bridge's tunnel session (label ``agent-mode=proxy-only``) to answer the platform's health
    check; until then the pass ends silently (:class:`~.release.BridgeWaiting`), and after
-   ``agent_bridge_timeout_seconds`` the wait's log line (a warning then) names a real error of the bridge.
+   ``agent_bridge_timeout_seconds`` the wait's log line names a real error of the bridge (a warning when it
+   shows or changes, info while it stays).
 3. ``helm upgrade`` through the bridge's session only (the gateway pinned to it). On failure, roll back
    through the bridge when helm left the release failed; the bridge stays for the next attempt.
 4. delete the bridge.
@@ -42,6 +43,8 @@ class UpgradeBridge:
         self.settings = settings
         self._waiting_since: dict[tuple[str, str], float] = {}
         """(cluster, bridge spec digest) -> when this process started waiting for that bridge."""
+        self._problems: dict[str, str] = {}
+        """cluster -> the bridge problem its last wait logged ("" for none)."""
 
     async def apply(self, change: ReleaseChange) -> None:
         if not br.needs_bridge(change.mode, change.current, change.version):
@@ -59,7 +62,10 @@ class UpgradeBridge:
             problem = (
                 await self._problem(change) if waited >= self.settings.agent_bridge_timeout_seconds else ""
             )
-            (log.warning if problem else log.info)(
+            # A warning when the problem shows or changes, info while it stays (a pass every few seconds).
+            new_problem = bool(problem) and self._problems.get(change.cluster) != problem
+            self._problems[change.cluster] = problem
+            (log.warning if new_problem else log.info)(
                 "waiting for the bridge's tunnel session",
                 cluster=change.cluster,
                 namespace=change.namespace,
@@ -204,3 +210,4 @@ class UpgradeBridge:
     def _forget_waits(self, cluster: str) -> None:
         for key in [k for k in self._waiting_since if k[0] == cluster]:
             del self._waiting_since[key]
+        self._problems.pop(cluster, None)
