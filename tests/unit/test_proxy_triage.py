@@ -189,3 +189,45 @@ def test_an_unsynced_cache_after_a_refused_key_says_to_restart_the_client() -> N
     assert "delete pod -n vcluster-client -l app=vcluster" in verdict.next_action
     plain = triage(True, scrape(synced=0), [stale], client="client")
     assert plain.next_action.startswith("Check that the client has platform connectivity")
+
+
+USE_REFUSED_LINE = (
+    "2026-12-08T00:40:35.975413Z [info     ] mesh registration rejected; retrying [vplane.mesh.node] attempt=8 "
+    'delay=11.501 error=\'resource proxy target "default/target" of demo.vplane.io/v1 is not allowed: '
+    '"loft:vcluster:p-default:c403" cannot use virtualclusterinstances.management.loft.sh "target" in '
+    '"p-default"; check with: kubectl auth can-i use virtualclusterinstances.management.loft.sh/target -n '
+    'p-default --as="loft:vcluster:p-default:c403"\' url=https://127.0.0.1:46615'
+)
+
+
+def test_an_unsynced_cache_after_a_use_refusal_says_to_run_the_check_and_grant_use() -> None:
+    """Replayed under vplane up: a client whose identity may not use its target keeps retrying its
+    registration; doctor read it as a network or platform problem. It now gives the runbook's 403 step: the
+    same check as the client identity (taken from the log), the grant, and that no restart is needed."""
+    verdict = triage(True, scrape(synced=0), [USE_REFUSED_LINE], client="c403")
+    assert verdict.row.startswith("The client has no current peer snapshot")
+    assert USE_REFUSED_LINE in verdict.evidence
+    assert verdict.next_action.startswith("Registration rejects the proxy target")
+    assert (
+        "kubectl auth can-i use virtualclusterinstances.management.loft.sh/target -n p-default "
+        '--as="loft:vcluster:p-default:c403"' in verdict.next_action
+    )
+    assert "no restart needed" in verdict.next_action
+
+
+def test_requests_the_targets_rbac_denies_are_the_runbooks_403_section() -> None:
+    """Replayed under vplane up: a client whose identity the target's RBAC does not allow got 403s, and
+    doctor said "No proxy degradation". It now names the 403 row and the runbook's step-1 check, as the
+    client identity, for the denied verb; 403s that are over (no growth between scrapes) say nothing."""
+    t = 'target="default/target",group_version="demo.vplane.io/v1"'
+    denied = f'vcluster_proxy_request_total{{{t},verb="list",code="403",reason="upstream"}} 3\n'
+    identity = "loft:vcluster:p-default:c403"
+    verdict = triage(True, scrape(requests=denied), [], client="c403", identity=identity)
+    assert verdict.row == "Requests return 403 permission denied"
+    assert verdict.evidence == ["3 list requests for demo.vplane.io/v1 answered 403 by default/target"]
+    assert (
+        "vplane connect target --driver platform --project default -- kubectl auth can-i list "
+        '<resource>.demo.vplane.io --as="loft:vcluster:p-default:c403"' in verdict.next_action
+    )
+    over = triage(True, scrape(requests=denied), [], before=scrape(requests=denied), identity=identity)
+    assert over.row.startswith("No proxy degradation")

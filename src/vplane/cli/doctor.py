@@ -126,7 +126,12 @@ async def diagnose(
                 ReplicaReport(
                     index,
                     triage(
-                        all_ready, now, logs, before=None if isinstance(before, str) else before, client=name
+                        all_ready,
+                        now,
+                        logs,
+                        before=None if isinstance(before, str) else before,
+                        client=name,
+                        identity=f"loft:vcluster:{namespace}:{name}",
                     ),
                 )
             )

@@ -8,6 +8,7 @@ apart; a single scrape counts any non-zero value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -115,6 +116,31 @@ def _key_refusal(line: str) -> bool:
     return any(m in line for m in KEY_REFUSED_LOGS) and any(e in line for e in KEY_ERRORS)
 
 
+USE_REFUSED = "cannot use virtualclusterinstances.management.loft.sh"
+"""What a registration refused for the proxy target says: the client identity lacks ``use`` on it."""
+_CHECK = re.compile(r"check with: (kubectl auth can-i use [^'\n]*--as=\"[^\"]+\")")
+
+
+def use_refused_action(lines: Iterable[str]) -> str | None:
+    """The runbook's 403 section for a registration that rejects the proxy target: the check to run as the
+    client identity, and the grant; the client retries by itself. None when no line says so."""
+    refusals = [ln for ln in lines if any(m in ln for m in KEY_REFUSED_LOGS) and USE_REFUSED in ln]
+    if not refusals:
+        return None
+    found = _CHECK.search(refusals[-1])
+    check = (
+        found.group(1)
+        if found
+        else "kubectl auth can-i use virtualclusterinstances.management.loft.sh/<target>"
+    )
+    return (
+        "Registration rejects the proxy target: the client identity lacks use on the target "
+        f"VirtualClusterInstance. Run the same check as the client identity on the platform ({check}) and "
+        "grant use in the target's project namespace (a Role with verb use on virtualclusterinstances, bound "
+        "to that user); the client keeps retrying and registers by itself, no restart needed."
+    )
+
+
 def key_refused_action(client: str) -> str:
     return (
         "Re-enable the client's access key on the platform (kubectl get accesskeys -l "
@@ -125,12 +151,50 @@ def key_refused_action(client: str) -> str:
     )
 
 
+FORBIDDEN_ROW = "Requests return 403 permission denied"
+
+
+def _forbidden(now: Scrape, before: Scrape | None, identity: str) -> tuple[str, list[str], str] | None:
+    """The runbook's 403 section for proxied requests the target's RBAC denied (recently, as for 503s): the
+    check of step 1 as the client identity, for the verbs and target seen. None when none was denied."""
+    denied: dict[tuple[str, str, str], float] = {}
+    for scrape, sign in ((now, 1.0), (before, -1.0)):
+        for s in scrape.series("vcluster_proxy_request_total") if scrape is not None else []:
+            if s.labels.get("code") == "403":
+                key = (
+                    s.labels.get("target", ""),
+                    s.labels.get("group_version", ""),
+                    s.labels.get("verb", ""),
+                )
+                denied[key] = denied.get(key, 0.0) + sign * s.value
+    denied = {k: v for k, v in denied.items() if v > 0}
+    if not denied:
+        return None
+    evidence = [
+        f"{v:g} {verb} requests for {gv} answered 403 by {t}" for (t, gv, verb), v in sorted(denied.items())
+    ]
+    (target, group_version, verb), _ = max(denied.items(), key=lambda item: item[1])
+    project, _, name = target.partition("/")
+    group = group_version.rpartition("/")[0]
+    check = (
+        f"vplane connect {name} --driver platform --project {project} -- kubectl auth can-i {verb} "
+        f'<resource>.{group} --as="{identity}"'
+    )
+    action = (
+        "The target tenant cluster's RBAC denied the client identity. Check it as the runbook's step 1 does, "
+        f"with credentials that may impersonate: {check}; then bind the permission to {identity} in the "
+        "target tenant cluster."
+    )
+    return FORBIDDEN_ROW, evidence, action
+
+
 def triage(
     target_ready: bool,
     now: Scrape,
     logs: Iterable[str],
     before: Scrape | None = None,
     client: str = "<name>",
+    identity: str = "",
 ) -> Verdict:
     lines = list(logs)
     reasons: dict[str, float] = {}
@@ -160,7 +224,8 @@ def triage(
             ["vcluster_proxy_peer_cache_synced is 0", *sync_lines[-3:]],
             key_refused_action(client)
             if any(_key_refusal(ln) for ln in sync_lines)
-            else "Check that the client has platform connectivity, that the platform is reachable from the "
+            else use_refused_action(sync_lines)
+            or "Check that the client has platform connectivity, that the platform is reachable from the "
             "client's replicas, and that the target's control-plane peers are registered.",
             reasons,
         )
@@ -236,6 +301,9 @@ def triage(
                 "proxy logs before attributing it to the target."
             )
         return Verdict("Check the reason label on vcluster_proxy_request_total.", evidence, action, reasons)
+    forbidden = _forbidden(now, before, identity or f"loft:vcluster:<client-project-namespace>:{client}")
+    if forbidden is not None:
+        return Verdict(*forbidden, reasons)
     return Verdict(
         "No proxy degradation: peers are healthy and no request failed with 503 recently.",
         [f"{healthy:g} healthy peer host(s)"] if peers_reported else [],
