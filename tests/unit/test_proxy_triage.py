@@ -218,16 +218,22 @@ def test_an_unsynced_cache_after_a_use_refusal_says_to_run_the_check_and_grant_u
 def test_requests_the_targets_rbac_denies_are_the_runbooks_403_section() -> None:
     """Replayed under vplane up: a client whose identity the target's RBAC does not allow got 403s, and
     doctor said "No proxy degradation". It now names the 403 row and the runbook's step-1 check, as the
-    client identity, for the denied verb; 403s that are over (no growth between scrapes) say nothing."""
+    client identity, for the denied verb (those of the moment first, else any since the replica started)."""
     t = 'target="default/target",group_version="demo.vplane.io/v1"'
     denied = f'vcluster_proxy_request_total{{{t},verb="list",code="403",reason="upstream"}} 3\n'
     identity = "loft:vcluster:p-default:c403"
     verdict = triage(True, scrape(requests=denied), [], client="c403", identity=identity)
     assert verdict.row == "Requests return 403 permission denied"
-    assert verdict.evidence == ["3 list requests for demo.vplane.io/v1 answered 403 by default/target"]
+    assert verdict.evidence == [
+        "3 list requests for demo.vplane.io/v1 answered 403 by default/target (since the replica started)"
+    ]
     assert (
         "vplane connect target --driver platform --project default -- kubectl auth can-i list "
         '<resource>.demo.vplane.io --as="loft:vcluster:p-default:c403"' in verdict.next_action
     )
-    over = triage(True, scrape(requests=denied), [], before=scrape(requests=denied), identity=identity)
-    assert over.row.startswith("No proxy degradation")
+    more = denied.replace("} 3", "} 5")
+    grown = triage(True, scrape(requests=more), [], before=scrape(requests=denied), identity=identity)
+    assert grown.evidence == [
+        "2 list requests for demo.vplane.io/v1 answered 403 by default/target (just now)"
+    ]
+    assert triage(True, scrape(), [], identity=identity).row.startswith("No proxy degradation")

@@ -155,9 +155,12 @@ FORBIDDEN_ROW = "Requests return 403 permission denied"
 
 
 def _forbidden(now: Scrape, before: Scrape | None, identity: str) -> tuple[str, list[str], str] | None:
-    """The runbook's 403 section for proxied requests the target's RBAC denied (recently, as for 503s): the
-    check of step 1 as the client identity, for the verbs and target seen. None when none was denied."""
-    denied: dict[tuple[str, str, str], float] = {}
+    """The runbook's 403 section for proxied requests the target's RBAC denied: the check of step 1 as the
+    client identity, for the verbs and target seen (those denied between the two scrapes first, else any
+    since the replica started: a 403 is a symptom the operator brings, not an outage that may be over).
+    None when none was denied."""
+    totals: dict[tuple[str, str, str], float] = {}
+    grown: dict[tuple[str, str, str], float] = {}
     for scrape, sign in ((now, 1.0), (before, -1.0)):
         for s in scrape.series("vcluster_proxy_request_total") if scrape is not None else []:
             if s.labels.get("code") == "403":
@@ -166,12 +169,16 @@ def _forbidden(now: Scrape, before: Scrape | None, identity: str) -> tuple[str, 
                     s.labels.get("group_version", ""),
                     s.labels.get("verb", ""),
                 )
-                denied[key] = denied.get(key, 0.0) + sign * s.value
-    denied = {k: v for k, v in denied.items() if v > 0}
+                grown[key] = grown.get(key, 0.0) + sign * s.value
+                if sign > 0:
+                    totals[key] = s.value
+    recent = {k: v for k, v in grown.items() if v > 0} if before is not None else {}
+    denied, when = (recent, "just now") if recent else (totals, "since the replica started")
     if not denied:
         return None
     evidence = [
-        f"{v:g} {verb} requests for {gv} answered 403 by {t}" for (t, gv, verb), v in sorted(denied.items())
+        f"{v:g} {verb} requests for {gv} answered 403 by {t} ({when})"
+        for (t, gv, verb), v in sorted(denied.items())
     ]
     (target, group_version, verb), _ = max(denied.items(), key=lambda item: item[1])
     project, _, name = target.partition("/")
