@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from vplane.proxy.triage import Scrape, triage
 
 HEADER = """# TYPE vcluster_proxy_peers gauge
@@ -198,15 +202,26 @@ USE_REFUSED_LINE = (
     '"p-default"; check with: kubectl auth can-i use virtualclusterinstances.management.loft.sh/target -n '
     'p-default --as="loft:vcluster:p-default:c403"\' url=https://127.0.0.1:46615'
 )
+USE_REFUSED_JSON = json.dumps(
+    {
+        "event": "mesh registration rejected; retrying",
+        "error": 'resource proxy target "default/target" of demo.vplane.io/v1 is not allowed: '
+        '"loft:vcluster:p-default:c403" cannot use virtualclusterinstances.management.loft.sh "target" in '
+        '"p-default"; check with: kubectl auth can-i use virtualclusterinstances.management.loft.sh/target -n '
+        'p-default --as="loft:vcluster:p-default:c403"',
+        "level": "info",
+    }
+)  # VPLANE_LOG_FORMAT=json: the quotes inside error are escaped
 
 
-def test_an_unsynced_cache_after_a_use_refusal_says_to_run_the_check_and_grant_use() -> None:
+@pytest.mark.parametrize("line", [USE_REFUSED_LINE, USE_REFUSED_JSON], ids=["console", "json"])
+def test_an_unsynced_cache_after_a_use_refusal_says_to_run_the_check_and_grant_use(line: str) -> None:
     """Replayed under vplane up: a client whose identity may not use its target keeps retrying its
     registration; doctor read it as a network or platform problem. It now gives the runbook's 403 step: the
     same check as the client identity (taken from the log), the grant, and that no restart is needed."""
-    verdict = triage(True, scrape(synced=0), [USE_REFUSED_LINE], client="c403")
+    verdict = triage(True, scrape(synced=0), [line], client="c403")
     assert verdict.row.startswith("The client has no current peer snapshot")
-    assert USE_REFUSED_LINE in verdict.evidence
+    assert line in verdict.evidence
     assert verdict.next_action.startswith("Registration rejects the proxy target")
     assert (
         "kubectl auth can-i use virtualclusterinstances.management.loft.sh/target -n p-default "
@@ -215,25 +230,36 @@ def test_an_unsynced_cache_after_a_use_refusal_says_to_run_the_check_and_grant_u
     assert "no restart needed" in verdict.next_action
 
 
+def test_a_refusal_the_replica_registered_after_is_over() -> None:
+    """Granted and registered, then the feed went down for another reason: the old refusal line (the tail,
+    or a process replica's log of earlier runs) no longer picks the action."""
+    registered = "2026-12-08T00:41:26.998809Z [info     ] mesh session registered        [vplane.mesh.node]"
+    stale = "... peer watch subscription is down and no fresh netmap is available; ... lastNetmapAge=131s"
+    verdict = triage(True, scrape(synced=0), [USE_REFUSED_LINE, registered, stale], client="c403")
+    assert verdict.next_action.startswith("Check that the client has platform connectivity")
+    revoked_then_registered = triage(True, scrape(synced=0), [REVOKED, registered, stale], client="c403")
+    assert revoked_then_registered.next_action.startswith("Check that the client has platform connectivity")
+
+
 def test_requests_the_targets_rbac_denies_are_the_runbooks_403_section() -> None:
     """Replayed under vplane up: a client whose identity the target's RBAC does not allow got 403s, and
-    doctor said "No proxy degradation". It now names the 403 row and the runbook's step-1 check, as the
-    client identity, for the denied verb (those of the moment first, else any since the replica started)."""
+    doctor said "No proxy degradation". Requests denied just now are the 403 row with the runbook's step-1
+    check as the client identity for the denied verb; once the binding is fixed (no new 403 between the
+    scrapes) the replica reads healthy again, the earlier 403s as evidence."""
     t = 'target="default/target",group_version="demo.vplane.io/v1"'
     denied = f'vcluster_proxy_request_total{{{t},verb="list",code="403",reason="upstream"}} 3\n'
+    more = denied.replace("} 3", "} 5")
     identity = "loft:vcluster:p-default:c403"
-    verdict = triage(True, scrape(requests=denied), [], client="c403", identity=identity)
+    verdict = triage(True, scrape(requests=more), [], before=scrape(requests=denied), identity=identity)
     assert verdict.row == "Requests return 403 permission denied"
-    assert verdict.evidence == [
-        "3 list requests for demo.vplane.io/v1 answered 403 by default/target (since the replica started)"
-    ]
+    assert verdict.evidence == ["2 list requests for demo.vplane.io/v1 answered 403 by default/target"]
     assert (
         "vplane connect target --driver platform --project default -- kubectl auth can-i list "
         '<resource>.demo.vplane.io --as="loft:vcluster:p-default:c403"' in verdict.next_action
     )
-    more = denied.replace("} 3", "} 5")
-    grown = triage(True, scrape(requests=more), [], before=scrape(requests=denied), identity=identity)
-    assert grown.evidence == [
-        "2 list requests for demo.vplane.io/v1 answered 403 by default/target (just now)"
-    ]
+    fixed = triage(True, scrape(requests=denied), [], before=scrape(requests=denied), identity=identity)
+    assert fixed.row.startswith("No proxy degradation")
+    assert any(
+        "3 requests answered 403 since the replica started, none just now" in e for e in fixed.evidence
+    )
     assert triage(True, scrape(), [], identity=identity).row.startswith("No proxy degradation")

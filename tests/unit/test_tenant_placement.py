@@ -242,8 +242,14 @@ def test_control_plane_environment_is_upstreams_key_with_literal_values() -> Non
 def test_a_process_replica_takes_the_control_plane_switches_from_its_config_only() -> None:
     """The platform's own shell may have DEBUG=true (a common variable): a process replica does not inherit
     it, or any other switch its vcluster.yaml sets; everything else of the platform's environment passes."""
-    platform = {"DEBUG": "true", "TS_DEBUG_DIAL_DIRECT": "false", "VPLANE_LOG_LEVEL": "info", "PATH": "/bin"}
+    platform = {
+        "DEBUG": "true",
+        "TS_DEBUG_DIAL_DIRECT": "false",
+        "TS_DEBUG_TLS_DIAL_INSECURE_SKIP_VERIFY": "true",
+        "VPLANE_LOG_LEVEL": "info",
+        "PATH": "/bin",
+    }
     env = replica_env(platform, ())
-    assert "DEBUG" not in env and "TS_DEBUG_DIAL_DIRECT" not in env
+    assert not {"DEBUG", "TS_DEBUG_DIAL_DIRECT", "TS_DEBUG_TLS_DIAL_INSECURE_SKIP_VERIFY"} & set(env)
     assert env["VPLANE_LOG_LEVEL"] == "info" and env["PATH"] == "/bin" and env["PYTHONUNBUFFERED"] == "1"
     assert replica_env(platform, [("DEBUG", "true")])["DEBUG"] == "true"

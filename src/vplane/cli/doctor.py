@@ -70,7 +70,12 @@ async def diagnose(
 ) -> tuple[dict[str, Any], list[ReplicaReport]]:
     ctx = ssl.create_default_context(cadata=login.ca_pem.decode())
     headers = {"Authorization": f"Bearer {login.access_key}", "Accept": "application/json"}
-    namespace = f"{userconfig.DEFAULT_NAMESPACE_PREFIX}{project}"
+
+    async def namespace_of(p: str) -> str:
+        """The project's namespace as the platform names it (its prefix is a setting; ``p-`` by default)."""
+        return await asyncio.to_thread(userconfig.project_namespace, login, p)
+
+    namespace = await namespace_of(project)
     base = login.url.rstrip("/") + userconfig.MANAGEMENT
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
         status, body = await _get(
@@ -87,7 +92,7 @@ async def diagnose(
             raise click.ClickException(f'tenant cluster "{name}" has no enabled resource proxy entry')
         facts: dict[str, Any] = {"targets": {}}
         for target in targets:
-            t_ns = f"{userconfig.DEFAULT_NAMESPACE_PREFIX}{target.target_project}"
+            t_ns = await namespace_of(target.target_project)
             code, text = await _get(
                 session, f"{base}/namespaces/{t_ns}/virtualclusterinstances/{target.target_name}", headers
             )

@@ -22,6 +22,7 @@ from pathlib import Path
 import structlog
 
 from vplane.kube.tenantconfig import CONTROL_PLANE_ENV
+from vplane.mesh.settings import INSECURE_SKIP_VERIFY_ENV
 from vplane.platform.placement import (
     CONFIG_FILE,
     NODE_DIR,
@@ -69,11 +70,16 @@ def recorded_ports(directory: Path, count: int) -> list[int]:
     return ports
 
 
+NODE_SWITCHES = (INSECURE_SKIP_VERIFY_ENV,)
+"""Mesh switches a replica reads that its vcluster.yaml cannot set: skipping verification of the
+platform's certificate is never inherited from the shell the platform runs in."""
+
+
 def replica_env(environ: Mapping[str, str], spec_env: Iterable[tuple[str, str]]) -> dict[str, str]:
     """A process replica's environment: the platform's (the log level travels there as VPLANE_LOG_LEVEL,
     set by its logging configuration), but the control plane's own switches (``DEBUG``,
     ``TS_DEBUG_DIAL_DIRECT``, ...) only from its vcluster.yaml, never from the shell the platform runs in."""
-    inherited = {k: v for k, v in environ.items() if k not in CONTROL_PLANE_ENV}
+    inherited = {k: v for k, v in environ.items() if k not in CONTROL_PLANE_ENV and k not in NODE_SWITCHES}
     return {**inherited, **dict(spec_env), "PYTHONUNBUFFERED": "1"}
 
 

@@ -118,7 +118,16 @@ def _key_refusal(line: str) -> bool:
 
 USE_REFUSED = "cannot use virtualclusterinstances.management.loft.sh"
 """What a registration refused for the proxy target says: the client identity lacks ``use`` on it."""
-_CHECK = re.compile(r"check with: (kubectl auth can-i use [^'\n]*--as=\"[^\"]+\")")
+_CHECK = re.compile(r"check with: (kubectl auth can-i use [^'\n]*?--as=)\\?\"([^\"\\]+)\\?\"")
+"""The check in a refusal line, its quotes as the console shows them or escaped in JSON (``\\"``)."""
+REGISTERED_LOG = "mesh session registered"
+
+
+def since_registered(lines: list[str]) -> list[str]:
+    """The lines after the replica's last mesh registration: a refusal before it is over (the log of a
+    process replica also keeps earlier runs)."""
+    last = max((i for i, ln in enumerate(lines) if REGISTERED_LOG in ln), default=-1)
+    return lines[last + 1 :]
 
 
 def use_refused_action(lines: Iterable[str]) -> str | None:
@@ -129,9 +138,10 @@ def use_refused_action(lines: Iterable[str]) -> str | None:
         return None
     found = _CHECK.search(refusals[-1])
     check = (
-        found.group(1)
+        f'{found.group(1)}"{found.group(2)}"'
         if found
-        else "kubectl auth can-i use virtualclusterinstances.management.loft.sh/<target>"
+        else "kubectl auth can-i use virtualclusterinstances.management.loft.sh/<target> -n <target-project-"
+        'namespace> --as="loft:vcluster:<client-project-namespace>:<client>"'
     )
     return (
         "Registration rejects the proxy target: the client identity lacks use on the target "
@@ -154,13 +164,11 @@ def key_refused_action(client: str) -> str:
 FORBIDDEN_ROW = "Requests return 403 permission denied"
 
 
-def _forbidden(now: Scrape, before: Scrape | None, identity: str) -> tuple[str, list[str], str] | None:
-    """The runbook's 403 section for proxied requests the target's RBAC denied: the check of step 1 as the
-    client identity, for the verbs and target seen (those denied between the two scrapes first, else any
-    since the replica started: a 403 is a symptom the operator brings, not an outage that may be over).
-    None when none was denied."""
-    totals: dict[tuple[str, str, str], float] = {}
+def _denied(now: Scrape, before: Scrape | None) -> tuple[dict[tuple[str, str, str], float], float]:
+    """Proxied requests the target's RBAC denied, by (target, group/version, verb), between the two scrapes
+    (all of them without a first scrape), and how many there were since the replica started."""
     grown: dict[tuple[str, str, str], float] = {}
+    total = 0.0
     for scrape, sign in ((now, 1.0), (before, -1.0)):
         for s in scrape.series("vcluster_proxy_request_total") if scrape is not None else []:
             if s.labels.get("code") == "403":
@@ -170,15 +178,17 @@ def _forbidden(now: Scrape, before: Scrape | None, identity: str) -> tuple[str, 
                     s.labels.get("verb", ""),
                 )
                 grown[key] = grown.get(key, 0.0) + sign * s.value
-                if sign > 0:
-                    totals[key] = s.value
-    recent = {k: v for k, v in grown.items() if v > 0} if before is not None else {}
-    denied, when = (recent, "just now") if recent else (totals, "since the replica started")
+                total += s.value if sign > 0 else 0.0
+    return {k: v for k, v in grown.items() if v > 0}, total
+
+
+def _forbidden(denied: dict[tuple[str, str, str], float], identity: str) -> tuple[str, list[str], str] | None:
+    """The runbook's 403 section for proxied requests the target's RBAC denied just now (as for 503s: a
+    fixed binding then reads healthy again): step 1's check as the client identity for the denied verb."""
     if not denied:
         return None
     evidence = [
-        f"{v:g} {verb} requests for {gv} answered 403 by {t} ({when})"
-        for (t, gv, verb), v in sorted(denied.items())
+        f"{v:g} {verb} requests for {gv} answered 403 by {t}" for (t, gv, verb), v in sorted(denied.items())
     ]
     (target, group_version, verb), _ = max(denied.items(), key=lambda item: item[1])
     project, _, name = target.partition("/")
@@ -225,13 +235,14 @@ def triage(
         ln for ln in lines if any(m in ln for m in (NO_SYNC_LOG, SUBSCRIPTION_DOWN_LOG, *KEY_REFUSED_LOGS))
     ]
     if synced and any(s.value == 0 for s in synced):
+        current = since_registered(lines)  # a refusal the replica registered after is over
         return Verdict(
             "The client has no current peer snapshot because of a license, network, or platform issue. "
             "Target pod readiness doesn't validate the target API, but restore the client's peer feed first.",
             ["vcluster_proxy_peer_cache_synced is 0", *sync_lines[-3:]],
             key_refused_action(client)
-            if any(_key_refusal(ln) for ln in sync_lines)
-            else use_refused_action(sync_lines)
+            if any(_key_refusal(ln) for ln in current)
+            else use_refused_action(current)
             or "Check that the client has platform connectivity, that the platform is reachable from the "
             "client's replicas, and that the target's control-plane peers are registered.",
             reasons,
@@ -308,12 +319,20 @@ def triage(
                 "proxy logs before attributing it to the target."
             )
         return Verdict("Check the reason label on vcluster_proxy_request_total.", evidence, action, reasons)
-    forbidden = _forbidden(now, before, identity or f"loft:vcluster:<client-project-namespace>:{client}")
+    denied, denied_ever = _denied(now, before)
+    forbidden = _forbidden(denied, identity or f"loft:vcluster:<client-project-namespace>:{client}")
     if forbidden is not None:
         return Verdict(*forbidden, reasons)
+    earlier = (
+        [
+            f"{denied_ever:g} requests answered 403 since the replica started, none just now (see {FORBIDDEN_ROW})"
+        ]
+        if denied_ever
+        else []
+    )
     return Verdict(
         "No proxy degradation: peers are healthy and no request failed with 503 recently.",
-        [f"{healthy:g} healthy peer host(s)"] if peers_reported else [],
+        ([f"{healthy:g} healthy peer host(s)"] if peers_reported else []) + earlier,
         "None.",
         reasons,
     )

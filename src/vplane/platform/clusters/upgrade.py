@@ -44,7 +44,7 @@ class UpgradeBridge:
         self._waiting_since: dict[tuple[str, str], float] = {}
         """(cluster, bridge spec digest) -> when this process started waiting for that bridge."""
         self._problems: dict[str, str] = {}
-        """cluster -> the bridge problem its last wait logged ("" for none)."""
+        """cluster -> the kind of bridge problem its wait last logged (``ImagePullBackOff``, ...)."""
 
     async def apply(self, change: ReleaseChange) -> None:
         if not br.needs_bridge(change.mode, change.current, change.version):
@@ -62,9 +62,12 @@ class UpgradeBridge:
             problem = (
                 await self._problem(change) if waited >= self.settings.agent_bridge_timeout_seconds else ""
             )
-            # A warning when the problem shows or changes, info while it stays (a pass every few seconds).
-            new_problem = bool(problem) and self._problems.get(change.cluster) != problem
-            self._problems[change.cluster] = problem
+            # A warning when a problem shows or becomes another kind, info while it stays (a pass every few
+            # seconds; its text moves: ErrImagePull and Back-off alternate, a crash loop's back-off grows).
+            kind = problem.partition(":")[0]
+            new_problem = bool(kind) and self._problems.get(change.cluster) != kind
+            if kind:  # a read that failed says nothing: it does not reset what was seen
+                self._problems[change.cluster] = kind
             (log.warning if new_problem else log.info)(
                 "waiting for the bridge's tunnel session",
                 cluster=change.cluster,
