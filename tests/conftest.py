@@ -24,8 +24,11 @@ from harness import APIServerProcess, EtcdProcess, Kubectl  # noqa: E402
 
 # Property tests draw the same examples on every run (a rare random counterexample found in CI, not in the
 # change that made it, fails an unrelated submission); `pytest --hypothesis-profile=explore` draws new ones.
-hypothesis_settings.register_profile("default", derandomize=True)
-hypothesis_settings.register_profile("explore", derandomize=False)
+# No per-example deadline: hypothesis's 200 ms default is a timing threshold, and under CI's load (four
+# workers on two cores) an ordinary example can pass it; one unexplained failure here, seen once under
+# load, was by its place in the run most likely a test_mesh_frames property test.
+hypothesis_settings.register_profile("default", derandomize=True, deadline=None)
+hypothesis_settings.register_profile("explore", derandomize=False, deadline=None)
 hypothesis_settings.load_profile("default")
 
 PRIVATE_HOME_ENV = "VPLANE_TEST_HOME"
