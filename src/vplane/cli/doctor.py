@@ -71,9 +71,14 @@ async def diagnose(
     ctx = ssl.create_default_context(cadata=login.ca_pem.decode())
     headers = {"Authorization": f"Bearer {login.access_key}", "Accept": "application/json"}
 
+    namespaces: dict[str, str] = {}
+
     async def namespace_of(p: str) -> str:
-        """The project's namespace as the platform names it (its prefix is a setting; ``p-`` by default)."""
-        return await asyncio.to_thread(userconfig.project_namespace, login, p)
+        """The project's namespace as the platform names it (its prefix is a setting; ``p-`` by default),
+        read once per project."""
+        if p not in namespaces:
+            namespaces[p] = await asyncio.to_thread(userconfig.project_namespace, login, p)
+        return namespaces[p]
 
     namespace = await namespace_of(project)
     base = login.url.rstrip("/") + userconfig.MANAGEMENT

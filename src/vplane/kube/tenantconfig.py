@@ -28,8 +28,8 @@ class HighAvailability(_Strict):
 CONTROL_PLANE_ENV = ("TS_DEBUG_DIAL_DIRECT", "LOFT_LOG_TSNET_AGENT", "DEBUG")
 """The names ``controlPlane.statefulSet.env`` may set: the switches the control plane reads (direct dialing,
 verbose mesh logs, and upstream's ``DEBUG=true`` for the control plane's verbose log, which the runbook's
-``Connected to target`` needs). The control plane is vplane's own process on the platform's machine, not an image the
-user chose, so other names do nothing but harm there (``LD_PRELOAD``, ``PYTHON*``, ``BROWSER`` with
+``Connected to target`` needs). The control plane is vplane's own process on the platform's machine, not an
+image the user chose, so other names do nothing but harm there (``LD_PRELOAD``, ``PYTHON*``, ``BROWSER`` with
 ``PYTHONWARNINGS``, the runtime's own ``VPLANE_*`` all choose what a platform-started process runs)."""
 
 

@@ -569,8 +569,11 @@ class Coordinator:
             await self._close_ws(ws, WSCloseCode.GOING_AWAY, "session closed")
         return ws
 
-    async def _reject(self, ws: web.WebSocketResponse, code: str, message: str, **fields: Any) -> None:
-        log.warning("mesh registration rejected", code=code, error=message, **fields)
+    async def _reject(
+        self, ws: web.WebSocketResponse, code: str, message: str, *, quiet: bool = False, **fields: Any
+    ) -> None:
+        """Log the rejection (``quiet``: at info, a refusal the node has had before) and refuse."""
+        (log.info if quiet else log.warning)("mesh registration rejected", code=code, error=message, **fields)
         await self._refuse(ws, code, message)
 
     async def _refuse(self, ws: web.WebSocketResponse, code: str, message: str) -> None:
@@ -586,14 +589,12 @@ class Coordinator:
     ) -> None:
         """ERROR ``forbidden``: logged as a warning when it is new or changed for this node, at info while
         the node keeps retrying into the same refusal (every few seconds until it is allowed)."""
-        if self._refusals.get(hostname) == message:
-            log.info("mesh registration rejected", code=FORBIDDEN, error=message, hostname=hostname)
-            await self._refuse(ws, FORBIDDEN, message)
-            return
-        if len(self._refusals) >= _MAX_REFUSALS:
-            self._refusals.clear()
-        self._refusals[hostname] = message
-        await self._reject(ws, FORBIDDEN, message, remote=remote, hostname=hostname)
+        again = self._refusals.get(hostname) == message
+        if not again:
+            if len(self._refusals) >= _MAX_REFUSALS:
+                self._refusals.clear()
+            self._refusals[hostname] = message
+        await self._reject(ws, FORBIDDEN, message, quiet=again, remote=remote, hostname=hostname)
 
     async def _handshake(self, ws: web.WebSocketResponse, request: web.Request) -> _Session | None:
         s = self.settings

@@ -10,7 +10,8 @@ the target project's namespace, checked twice.
 Decision recorded (docs/resource-proxy.md): an update is checked for the proxy entries that reach further
 than before (a group/version served from a target it was not: new, enabled or moved; ``owned`` turned to
 ``all``), so a user who may edit the client but not use its target can change the rest of it (narrowing
-to ``owned`` included), and nothing that widens what it reaches. A refused registration is retried by the tenant: granting ``use`` lets it in without a restart.
+to ``owned`` included), and nothing that widens what it reaches. A refused registration is retried by the
+tenant: granting ``use`` lets it in without a restart.
 """
 
 from __future__ import annotations

@@ -87,6 +87,28 @@ class Scrape:
     def series(self, name: str) -> list[Sample]:
         return [s for s in self.samples if s.name == name]
 
+    def by(self, name: str, keys: tuple[str, ...], **labels: str) -> dict[tuple[str, ...], float]:
+        """The series matching ``labels``, summed by the values of the ``keys`` labels."""
+        sums: dict[tuple[str, ...], float] = {}
+        for s in self.series(name):
+            if all(s.labels.get(k) == v for k, v in labels.items()):
+                key = tuple(s.labels.get(k, "") for k in keys)
+                sums[key] = sums.get(key, 0.0) + s.value
+        return sums
+
+
+def _requests_grown(
+    now: Scrape, before: Scrape | None, code: str, keys: tuple[str, ...]
+) -> dict[tuple[str, ...], float]:
+    """Requests answered ``code`` by the ``keys`` labels that grew between the two scrapes (all of them
+    without a first scrape); only those that grew."""
+    grown = now.by("vcluster_proxy_request_total", keys, code=code)
+    if before is not None:
+        for key, value in before.by("vcluster_proxy_request_total", keys, code=code).items():
+            if key in grown:
+                grown[key] -= value
+    return {k: v for k, v in grown.items() if v > 0}
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -164,25 +186,7 @@ def key_refused_action(client: str) -> str:
 FORBIDDEN_ROW = "Requests return 403 permission denied"
 
 
-def _denied(now: Scrape, before: Scrape | None) -> tuple[dict[tuple[str, str, str], float], float]:
-    """Proxied requests the target's RBAC denied, by (target, group/version, verb), between the two scrapes
-    (all of them without a first scrape), and how many there were since the replica started."""
-    grown: dict[tuple[str, str, str], float] = {}
-    total = 0.0
-    for scrape, sign in ((now, 1.0), (before, -1.0)):
-        for s in scrape.series("vcluster_proxy_request_total") if scrape is not None else []:
-            if s.labels.get("code") == "403":
-                key = (
-                    s.labels.get("target", ""),
-                    s.labels.get("group_version", ""),
-                    s.labels.get("verb", ""),
-                )
-                grown[key] = grown.get(key, 0.0) + sign * s.value
-                total += s.value if sign > 0 else 0.0
-    return {k: v for k, v in grown.items() if v > 0}, total
-
-
-def _forbidden(denied: dict[tuple[str, str, str], float], identity: str) -> tuple[str, list[str], str] | None:
+def _forbidden(denied: dict[tuple[str, ...], float], identity: str) -> tuple[str, list[str], str] | None:
     """The runbook's 403 section for proxied requests the target's RBAC denied just now (as for 503s: a
     fixed binding then reads healthy again): step 1's check as the client identity for the denied verb."""
     if not denied:
@@ -288,16 +292,7 @@ def triage(
             "vcluster_proxy_request_duration_seconds with vcluster_proxy_peer_dial_duration_seconds.",
             reasons,
         )
-    unavailable: dict[str, float] = {}
-    for s in now.series("vcluster_proxy_request_total"):
-        if s.labels.get("code") == "503":
-            reason = s.labels.get("reason", "")
-            unavailable[reason] = unavailable.get(reason, 0.0) + s.value
-    if before is not None:
-        for s in before.series("vcluster_proxy_request_total"):
-            if s.labels.get("code") == "503" and s.labels.get("reason", "") in unavailable:
-                unavailable[s.labels.get("reason", "")] -= s.value
-    unavailable = {r: v for r, v in unavailable.items() if v > 0}
+    unavailable = {key[0]: v for key, v in _requests_grown(now, before, "503", ("reason",)).items()}
     if unavailable:
         classified = sorted(r for r in unavailable if r in CLASSIFIED)
         precheck = sorted(r for r in unavailable if r in PRECHECK)
@@ -319,7 +314,8 @@ def triage(
                 "proxy logs before attributing it to the target."
             )
         return Verdict("Check the reason label on vcluster_proxy_request_total.", evidence, action, reasons)
-    denied, denied_ever = _denied(now, before)
+    denied = _requests_grown(now, before, "403", ("target", "group_version", "verb"))
+    denied_ever = now.total("vcluster_proxy_request_total", code="403")
     forbidden = _forbidden(denied, identity or f"loft:vcluster:<client-project-namespace>:{client}")
     if forbidden is not None:
         return Verdict(*forbidden, reasons)
